@@ -1,0 +1,2 @@
+//! Protocol core (no I/O).
+#![forbid(unsafe_code)]
