@@ -8,3 +8,12 @@
 //! - [`gid`]: GID index selection (explicit or automatic RoCE v2 / address-family choice).
 pub mod gid;
 pub mod sysfs;
+pub mod sys;
+pub mod error;
+pub mod loader;
+pub mod objects;
+pub mod ops;
+
+pub use error::{Error, Result};
+pub use loader::{verbs, LoadError, Verbs};
+pub use objects::{device_names, live_counts, Context, Cq, HostBuf, LiveCounts, Mr, Pd, Qp, QpCaps};
