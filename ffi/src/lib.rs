@@ -6,7 +6,7 @@
 //!
 //! Values that come *from* C (result codes, pointer-support bits) are transparent integer newtypes
 //! with named constants, never Rust enums, so an unexpected value cannot be undefined behaviour.
-#![allow(non_camel_case_types, non_snake_case)]
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 use core::ffi::{c_char, c_int, c_ulong, c_void};
 

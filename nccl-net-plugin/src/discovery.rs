@@ -1,0 +1,168 @@
+//! What RDMA hardware this host has, as the plugin and the doctor see it: libibverbs' view
+//! (device attributes, port attributes) merged with sysfs (GID table with types, netdev, PCI path).
+
+use crate::config::Config;
+use ferro_verbs::gid::{select_gid, GidChoice};
+use ferro_verbs::sys::{ibv_port_attr, mtu_bytes, IBV_PORT_ACTIVE};
+use ferro_verbs::sysfs::{self, LinkLayer, PortState, SysDevice, SysPort};
+use ferro_verbs::{Context, LoadError};
+use std::path::Path;
+use std::sync::Arc;
+
+/// One port.
+#[derive(Debug)]
+pub struct PortReport {
+    pub num: u8,
+    pub state: PortState,
+    pub link_layer: LinkLayer,
+    /// Active MTU in bytes (from `ibv_query_port`).
+    pub active_mtu: Option<u32>,
+    /// Link speed in Mbps (lane speed x width from `ibv_query_port`, else sysfs `rate`).
+    pub speed_mbps: Option<u32>,
+    /// `"4X EDR"`-style text.
+    pub speed_text: String,
+    pub lid: u16,
+    /// The sysfs view (GID table, netdev), when readable.
+    pub sys: Option<SysPort>,
+    /// The GID index the plugin would use, or why none (RoCE only; IB uses the LID).
+    pub gid: Result<GidChoice, String>,
+    /// `Ok` when the plugin exposes this port to NCCL; otherwise why not.
+    pub usable: Result<(), String>,
+}
+
+/// One device.
+#[derive(Debug)]
+pub struct DeviceReport {
+    pub name: String,
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub fw_ver: String,
+    pub max_qp: i32,
+    pub pci_path: Option<std::path::PathBuf>,
+    pub sys: Option<SysDevice>,
+    pub ports: Vec<PortReport>,
+    /// The open context (None when opening failed; see `error`).
+    pub ctx: Option<Arc<Context>>,
+    pub error: Option<String>,
+}
+
+/// Everything discovered.
+#[derive(Debug)]
+pub struct Discovery {
+    /// The libibverbs that was loaded, or why none could be.
+    pub lib: Result<String, LoadError>,
+    pub devices: Vec<DeviceReport>,
+    /// Errors of the enumeration itself (device list, sysfs).
+    pub errors: Vec<String>,
+}
+
+fn fw_string(raw: &[core::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = raw.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn port_report(dev: &str, attr: &ibv_port_attr, num: u8, sys: Option<&SysPort>, cfg: &Config) -> PortReport {
+    let link_layer = match sys {
+        Some(s) if !matches!(s.link_layer, LinkLayer::Unknown(_)) => s.link_layer.clone(),
+        _ => LinkLayer::from_verbs(attr.link_layer),
+    };
+    let state = PortState::from_code(u8::try_from(attr.state).unwrap_or(0));
+    let lanes = sysfs::width_lanes(attr.active_width);
+    let speed_text = match lanes {
+        Some(l) => format!("{l}X {}", sysfs::speed_name(attr.active_speed)),
+        None => sysfs::speed_name(attr.active_speed).to_string(),
+    };
+    let speed_mbps = sysfs::ib_speed_mbps(attr.active_speed, attr.active_width)
+        .or_else(|| sys.and_then(|s| s.rate.as_ref()).map(|r| r.mbps()));
+    let table = sys.map(|s| s.gids.as_slice()).unwrap_or(&[]);
+    let gid = select_gid(&link_layer, table, &cfg.gid_policy())
+        .map_err(|e| format!("{dev} port {num}: {e}"));
+    let usable = if attr.state != IBV_PORT_ACTIVE {
+        Err(format!("port state is {state:?}, not ACTIVE"))
+    } else if matches!(link_layer, LinkLayer::Unknown(_)) {
+        Err(format!("unknown link layer {link_layer:?}"))
+    } else if let (true, Err(e)) = (link_layer.is_ethernet(), &gid) {
+        Err(format!("no usable GID: {e}"))
+    } else {
+        Ok(())
+    };
+    PortReport {
+        num,
+        state,
+        link_layer,
+        active_mtu: mtu_bytes(attr.active_mtu),
+        speed_mbps,
+        speed_text,
+        lid: attr.lid,
+        sys: sys.cloned(),
+        gid,
+        usable,
+    }
+}
+
+/// Enumerates devices and ports. Never fails as a whole: problems are recorded per item.
+pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
+    let lib = ferro_verbs::verbs().map(|v| v.lib.clone()).map_err(Clone::clone);
+    let mut errors = Vec::new();
+    if lib.is_err() {
+        return Discovery { lib, devices: Vec::new(), errors };
+    }
+    let sys_devices = match sysfs::list_devices(sys_root) {
+        Ok(d) => d,
+        Err(e) => {
+            errors.push(format!("reading sysfs: {e}"));
+            Vec::new()
+        }
+    };
+    let names = match ferro_verbs::device_names() {
+        Ok(n) => n,
+        Err(e) => {
+            errors.push(e.to_string());
+            Vec::new()
+        }
+    };
+    let mut devices = Vec::new();
+    for name in names {
+        let sys = sys_devices.iter().find(|d| d.name == name).cloned();
+        let mut rep = DeviceReport {
+            name: name.clone(),
+            node_guid: 0,
+            sys_image_guid: 0,
+            fw_ver: String::new(),
+            max_qp: 0,
+            pci_path: sys.as_ref().and_then(|s| s.pci_path.clone()),
+            sys,
+            ports: Vec::new(),
+            ctx: None,
+            error: None,
+        };
+        let ctx = match Context::open(&name) {
+            Ok(c) => c,
+            Err(e) => {
+                rep.error = Some(e.to_string());
+                devices.push(rep);
+                continue;
+            }
+        };
+        match ctx.query_device() {
+            Ok(attr) => {
+                // The verbs GUIDs are big-endian; keep them in the order ibv_devinfo prints.
+                rep.node_guid = u64::from_be(attr.node_guid);
+                rep.sys_image_guid = u64::from_be(attr.sys_image_guid);
+                rep.fw_ver = fw_string(&attr.fw_ver);
+                rep.max_qp = attr.max_qp;
+                for num in 1..=attr.phys_port_cnt {
+                    let sys_port = rep.sys.as_ref().and_then(|s| s.port(num));
+                    match ctx.query_port(num) {
+                        Ok(pa) => rep.ports.push(port_report(&name, &pa, num, sys_port, cfg)),
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                }
+            }
+            Err(e) => rep.error = Some(e.to_string()),
+        }
+        rep.ctx = Some(ctx);
+        devices.push(rep);
+    }
+    Discovery { lib, devices, errors }
+}

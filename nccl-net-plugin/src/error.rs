@@ -1,0 +1,55 @@
+//! The plugin's error type and its one mapping to `ncclResult_t`.
+
+use ferro_ffi::ncclResult_t;
+use std::fmt;
+
+/// What went wrong, by who is at fault; the text names the cause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// NCCL (or a harness) called us wrongly: bad pointer, unknown device, too many requests, a
+    /// message larger than the posted receive.
+    Usage(String),
+    /// An argument value is invalid (e.g. a garbage or foreign listen handle).
+    Argument(String),
+    /// The system failed us: libibverbs, the NIC, the OS.
+    System(String),
+    /// The peer failed or misbehaved: a failed work completion, a dead connection, a protocol
+    /// violation.
+    Remote(String),
+    /// A bug, a caught panic, or a function this build does not provide.
+    Internal(String),
+}
+
+impl Error {
+    pub fn code(&self) -> ncclResult_t {
+        match self {
+            Error::Usage(_) => ncclResult_t::InvalidUsage,
+            Error::Argument(_) => ncclResult_t::InvalidArgument,
+            Error::System(_) => ncclResult_t::SystemError,
+            Error::Remote(_) => ncclResult_t::RemoteError,
+            Error::Internal(_) => ncclResult_t::InternalError,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Error::Usage(m) | Error::Argument(m) | Error::System(m) | Error::Remote(m) | Error::Internal(m) => m,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<ferro_verbs::Error> for Error {
+    fn from(e: ferro_verbs::Error) -> Self {
+        Error::System(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

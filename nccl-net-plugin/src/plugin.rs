@@ -1,0 +1,173 @@
+//! Process-wide plugin state: the devices exposed to NCCL, built once by `init`.
+
+use crate::config::Config;
+use crate::discovery::{discover, Discovery};
+use crate::error::{Error, Result};
+use crate::{info, warn};
+use ferro_ffi::{log_flags::*, ncclNetProperties_v8_t, NCCL_NET_DEVICE_HOST, NCCL_NET_DEVICE_INVALID_VERSION, NCCL_PTR_HOST};
+use ferro_verbs::gid::GidChoice;
+use ferro_verbs::sysfs::LinkLayer;
+use ferro_verbs::Context;
+use std::ffi::CString;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+/// Most buffers one grouped `irecv` may carry.
+pub const MAX_RECVS: usize = 8;
+
+/// One NCCL network device: an ACTIVE port of an RDMA device.
+#[derive(Debug)]
+pub struct NetDevice {
+    pub index: usize,
+    pub ibdev: String,
+    pub port: u8,
+    pub ctx: Arc<Context>,
+    pub link_layer: LinkLayer,
+    pub gid: Option<GidChoice>,
+    pub lid: u16,
+    pub active_mtu: u32,
+    pub speed_mbps: u32,
+    pub netdev: Option<String>,
+    pub guid: u64,
+    pub max_qp: i32,
+    // Owned strings the properties point into; they live as long as the process (static state).
+    name_c: CString,
+    pci_c: Option<CString>,
+}
+
+impl NetDevice {
+    /// The v8 properties. Pointers refer to strings owned by this (never freed) device.
+    pub fn properties(&self) -> ncclNetProperties_v8_t {
+        ncclNetProperties_v8_t {
+            name: self.name_c.as_ptr().cast_mut(),
+            pciPath: self.pci_c.as_ref().map_or(core::ptr::null_mut(), |c| c.as_ptr().cast_mut()),
+            guid: self.guid,
+            ptrSupport: NCCL_PTR_HOST,
+            regIsGlobal: 0,
+            speed: i32::try_from(self.speed_mbps).unwrap_or(i32::MAX),
+            port: i32::from(self.port),
+            latency: 0.0,
+            maxComms: self.max_qp.max(1),
+            maxRecvs: MAX_RECVS as i32,
+            netDeviceType: NCCL_NET_DEVICE_HOST,
+            netDeviceVersion: NCCL_NET_DEVICE_INVALID_VERSION,
+        }
+    }
+}
+
+/// The initialised plugin.
+#[derive(Debug)]
+pub struct Plugin {
+    pub config: Config,
+    pub devices: Vec<NetDevice>,
+}
+
+static PLUGIN: OnceLock<std::result::Result<Plugin, Error>> = OnceLock::new();
+
+fn build() -> std::result::Result<Plugin, Error> {
+    let (config, warnings) = Config::from_env();
+    for w in &warnings {
+        warn!(INIT | ENV, "{w}");
+    }
+    if config.disable {
+        return Err(Error::System("disabled by NCCL_IB_DISABLE=1".into()));
+    }
+    let disc: Discovery = discover(Path::new("/sys"), &config);
+    let lib = match &disc.lib {
+        Ok(lib) => lib.clone(),
+        Err(e) => return Err(Error::System(format!("{e}; NCCL will use its next network transport"))),
+    };
+    if let Ok(v) = ferro_verbs::verbs() {
+        let caps = v.capabilities();
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        info!(
+            INIT,
+            "loaded {} (ibv_reg_mr_iova2: {}{}; ibv_reg_dmabuf_mr: {}{})",
+            v.lib,
+            yes(caps.reg_mr_iova2),
+            if caps.reg_mr_iova2 { "" } else { ", no relaxed ordering" },
+            yes(caps.reg_dmabuf_mr),
+            if caps.reg_dmabuf_mr { "" } else { ", rdma-core older than 34: DMA-BUF registration unavailable" }
+        );
+    }
+    for e in &disc.errors {
+        warn!(INIT, "{e}");
+    }
+    let mut devices = Vec::new();
+    for d in &disc.devices {
+        if let Some(e) = &d.error {
+            warn!(INIT, "{}: skipped: {e}", d.name);
+            continue;
+        }
+        let Some(ctx) = &d.ctx else { continue };
+        for p in &d.ports {
+            if let Err(why) = &p.usable {
+                info!(INIT, "{} port {}: not used: {why}", d.name, p.num);
+                continue;
+            }
+            let pci_c = d.pci_path.as_ref().and_then(|p| CString::new(p.to_string_lossy().into_owned()).ok());
+            devices.push(NetDevice {
+                index: devices.len(),
+                ibdev: d.name.clone(),
+                port: p.num,
+                ctx: ctx.clone(),
+                link_layer: p.link_layer.clone(),
+                gid: p.gid.as_ref().ok().filter(|_| p.link_layer.is_ethernet()).cloned(),
+                lid: p.lid,
+                active_mtu: p.active_mtu.unwrap_or(1024),
+                speed_mbps: p.speed_mbps.unwrap_or(0),
+                netdev: p.sys.as_ref().and_then(|s| s.netdev.clone()),
+                guid: d.sys_image_guid,
+                max_qp: d.max_qp,
+                name_c: CString::new(d.name.clone()).unwrap_or_default(),
+                pci_c,
+            });
+        }
+    }
+    if devices.is_empty() {
+        let seen = if disc.devices.is_empty() {
+            "libibverbs lists no RDMA devices (no RDMA-capable kernel driver, or /dev/infiniband not mounted into the container)".to_string()
+        } else {
+            format!("none of {} RDMA device(s) has a usable ACTIVE port", disc.devices.len())
+        };
+        return Err(Error::System(format!("no usable RDMA device: {seen}; NCCL will use its next network transport")));
+    }
+    let list: Vec<String> = devices
+        .iter()
+        .map(|d| {
+            let gid = d.gid.as_ref().map_or(String::new(), |g| format!(" GID {} ({})", g.index, g.gid));
+            let via = d.netdev.as_ref().map_or(String::new(), |n| format!(" via {n}"));
+            format!("[{}]{}:{}/{}{}{} {} Mbps", d.index, d.ibdev, d.port, if d.link_layer.is_ethernet() { "RoCE" } else { "IB" }, via, gid, d.speed_mbps)
+        })
+        .collect();
+    info!(INIT | NET, "Using {} ({}); {}", list.join(" ; "), lib, config.summary());
+    Ok(Plugin { config, devices })
+}
+
+/// `init`: builds the device list once per process; later calls return the same outcome.
+pub fn init() -> Result<&'static Plugin> {
+    PLUGIN.get_or_init(build).as_ref().map_err(Clone::clone)
+}
+
+/// The initialised plugin, or an error if `init` has not succeeded.
+pub fn get() -> Result<&'static Plugin> {
+    match PLUGIN.get() {
+        Some(Ok(p)) => Ok(p),
+        Some(Err(e)) => Err(e.clone()),
+        None => Err(Error::Usage("the plugin is used before init".into())),
+    }
+}
+
+/// Number of devices (0 when init failed or was not called).
+pub fn device_count() -> usize {
+    get().map_or(0, |p| p.devices.len())
+}
+
+/// The device with NCCL index `dev`.
+pub fn device(dev: i32) -> Result<&'static NetDevice> {
+    let p = get()?;
+    usize::try_from(dev)
+        .ok()
+        .and_then(|i| p.devices.get(i))
+        .ok_or_else(|| Error::Usage(format!("device index {dev} out of range (have {})", p.devices.len())))
+}
