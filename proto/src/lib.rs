@@ -1,2 +1,30 @@
-//! Protocol core (no I/O).
+//! The plugin's protocol core, with no I/O: everything here is plain data and pure functions, so
+//! it is tested on any machine without RDMA.
+//!
+//! - [`handle`]: the 128-byte listen handle NCCL carries between ranks.
+//! - [`wire`]: the out-of-band handshake messages (queue-pair metadata, ready, reject), decoded
+//!   incrementally from a non-blocking socket.
+//! - [`fifo`]: the receiver-driven clear-to-send FIFO: entry encoding (with a sequence number and
+//!   a check word, so a torn or stale entry is never taken for a posted receive), slot arithmetic.
+//! - [`plan`]: how a matched group of sends becomes RDMA writes over one or several QPs, and how a
+//!   posted receive becomes receive work requests plus a FIFO write.
+//!
+//! `docs/DESIGN.md` describes the protocol these modules implement.
 #![forbid(unsafe_code)]
+
+pub mod fifo;
+pub mod handle;
+pub mod plan;
+pub mod wire;
+
+/// Wire protocol version carried in the listen handle and every handshake message. Peers with a
+/// different version refuse to connect, with an error naming both versions.
+pub const WIRE_VERSION: u16 = 1;
+/// `"FERRONET"` as a little-endian u64: first bytes of the handle and of every message.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FERRONET");
+/// Slots in the CTS FIFO: receives one comm can have posted at once (NCCL's request limit).
+pub const SLOTS: usize = 32;
+/// Buffers in one grouped receive (advertised as `maxRecvs`).
+pub const MAX_RECVS: usize = 8;
+/// Most QPs per connection (`NCCL_IB_QPS_PER_CONNECTION`'s range).
+pub const MAX_QPS: usize = 128;

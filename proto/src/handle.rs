@@ -1,0 +1,149 @@
+//! The listen handle: 128 opaque bytes to NCCL, copied to the connecting rank.
+//!
+//! | bytes  | content |
+//! |--------|---------|
+//! | 0..8   | magic `"FERRONET"` |
+//! | 8..10  | wire version (LE) |
+//! | 10..12 | address family: 2 = IPv4, 10 = IPv6 (LE) |
+//! | 12..14 | TCP port (big-endian) |
+//! | 14..30 | address (IPv4 in the first 4 bytes) |
+//! | 64..72 | connect progress token (written by `connect` on the connecting side; 0 = not started) |
+//! | rest   | zero |
+
+use crate::{MAGIC, WIRE_VERSION};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+pub const HANDLE_SIZE: usize = 128;
+const TOKEN_AT: usize = 64;
+
+/// Why a handle was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandleError {
+    BadMagic(u64),
+    Version { got: u16, want: u16 },
+    BadFamily(u16),
+}
+
+impl fmt::Display for HandleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HandleError::BadMagic(m) => write!(
+                f,
+                "listen handle has magic {m:#018x}, not this plugin's: it is corrupt or was made by another network plugin (all ranks must load the same plugin)"
+            ),
+            HandleError::Version { got, want } => write!(
+                f,
+                "listen handle has wire version {got}, this plugin speaks {want}: all ranks must run the same plugin version"
+            ),
+            HandleError::BadFamily(fam) => write!(f, "listen handle has unknown address family {fam}"),
+        }
+    }
+}
+
+impl std::error::Error for HandleError {}
+
+/// Writes a handle for a listener at `addr`.
+pub fn encode(addr: SocketAddr) -> [u8; HANDLE_SIZE] {
+    let mut h = [0u8; HANDLE_SIZE];
+    h[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+    h[8..10].copy_from_slice(&WIRE_VERSION.to_le_bytes());
+    h[12..14].copy_from_slice(&addr.port().to_be_bytes());
+    match addr.ip() {
+        IpAddr::V4(ip) => {
+            h[10..12].copy_from_slice(&2u16.to_le_bytes());
+            h[14..18].copy_from_slice(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            h[10..12].copy_from_slice(&10u16.to_le_bytes());
+            h[14..30].copy_from_slice(&ip.octets());
+        }
+    }
+    h
+}
+
+fn u16_at(h: &[u8; HANDLE_SIZE], at: usize) -> u16 {
+    u16::from_le_bytes([h[at], h[at + 1]])
+}
+
+/// Reads the listener address from a handle.
+pub fn decode(h: &[u8; HANDLE_SIZE]) -> Result<SocketAddr, HandleError> {
+    let mut m = [0u8; 8];
+    m.copy_from_slice(&h[0..8]);
+    let magic = u64::from_le_bytes(m);
+    if magic != MAGIC {
+        return Err(HandleError::BadMagic(magic));
+    }
+    let version = u16_at(h, 8);
+    if version != WIRE_VERSION {
+        return Err(HandleError::Version { got: version, want: WIRE_VERSION });
+    }
+    let port = u16::from_be_bytes([h[12], h[13]]);
+    let ip = match u16_at(h, 10) {
+        2 => IpAddr::V4(Ipv4Addr::new(h[14], h[15], h[16], h[17])),
+        10 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&h[14..30]);
+            IpAddr::V6(Ipv6Addr::from(o))
+        }
+        other => return Err(HandleError::BadFamily(other)),
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// The connect progress token stored in the handle (0 = none).
+pub fn token(h: &[u8; HANDLE_SIZE]) -> u64 {
+    let mut t = [0u8; 8];
+    t.copy_from_slice(&h[TOKEN_AT..TOKEN_AT + 8]);
+    u64::from_le_bytes(t)
+}
+
+/// Stores the connect progress token.
+pub fn set_token(h: &mut [u8; HANDLE_SIZE], token: u64) {
+    h[TOKEN_AT..TOKEN_AT + 8].copy_from_slice(&token.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_v4_and_v6() {
+        for a in ["127.0.0.1:40000", "[2001:db8::2]:1"] {
+            let addr: SocketAddr = a.parse().unwrap();
+            let h = encode(addr);
+            assert_eq!(decode(&h), Ok(addr));
+            assert_eq!(token(&h), 0);
+        }
+    }
+
+    #[test]
+    fn documented_byte_positions() {
+        let h = encode("10.1.2.3:4660".parse().unwrap());
+        assert_eq!(&h[0..8], b"FERRONET");
+        assert_eq!(&h[10..12], &[2, 0]);
+        assert_eq!(&h[12..14], &[0x12, 0x34]);
+        assert_eq!(&h[14..18], &[10, 1, 2, 3]);
+    }
+
+    #[test]
+    fn rejects_garbage_foreign_and_other_versions() {
+        assert!(matches!(decode(&[0u8; HANDLE_SIZE]), Err(HandleError::BadMagic(0))));
+        let mut h = encode("127.0.0.1:1".parse().unwrap());
+        h[8] = 9;
+        assert_eq!(decode(&h), Err(HandleError::Version { got: 9, want: WIRE_VERSION }));
+        let mut h = encode("127.0.0.1:1".parse().unwrap());
+        h[10] = 7;
+        assert_eq!(decode(&h), Err(HandleError::BadFamily(7)));
+        assert!(HandleError::BadMagic(1).to_string().contains("same plugin"));
+    }
+
+    #[test]
+    fn token_round_trips_without_touching_the_address() {
+        let addr: SocketAddr = "127.0.0.1:5".parse().unwrap();
+        let mut h = encode(addr);
+        set_token(&mut h, 0xdead_beef);
+        assert_eq!(token(&h), 0xdead_beef);
+        assert_eq!(decode(&h), Ok(addr));
+    }
+}

@@ -1,0 +1,200 @@
+//! Turning sends and receives into work requests, for one or several QPs per connection.
+//!
+//! - Unsplit (`NCCL_IB_SPLIT_DATA_ON_QPS=0`): group `seq` travels whole on QP `seq % nqps`.
+//! - Split (`=1`): every message of the group is cut into `nqps` chunks of
+//!   `ceil(size / nqps)` rounded up to 128 bytes (the last ones may be short or empty); chunk `q`
+//!   travels on QP `q`, and every QP carries a final write-with-immediate for the group.
+//!
+//! A group of one buffer ends, on each QP it uses, with an RDMA WRITE WITH IMMEDIATE whose
+//! immediate is the number of bytes that QP carried, so the receiver learns the size from its
+//! completions alone. A group of several buffers sends its data as plain RDMA WRITEs, then one
+//! write-with-immediate that carries the per-buffer sizes (`u32` each) into the receiver's sizes
+//! FIFO; in split mode the other QPs end with an empty write-with-immediate. RC delivers in order
+//! on each QP, so when the receiver has seen the immediate of every QP the group used, all of the
+//! group's data has landed. Empty writes always target the receiver's sizes FIFO, a registered
+//! region, never a possibly unregistered empty user buffer.
+
+/// Granularity of split chunks: keeps NCCL's 128-byte protocol lines whole on one QP.
+pub const SPLIT_ALIGN: u32 = 128;
+
+/// Which QPs a group uses.
+pub fn group_qps(seq: u64, nqps: usize, split: bool) -> Vec<usize> {
+    if split { (0..nqps).collect() } else { vec![(seq % nqps.max(1) as u64) as usize] }
+}
+
+/// The chunks of a `size`-byte message over `nqps` QPs: `(qp, offset, len)`, one per QP.
+pub fn split_chunks(size: u32, nqps: usize) -> Vec<(usize, u32, u32)> {
+    let n = nqps.max(1) as u32;
+    let chunk = size.div_ceil(n).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
+    (0..n)
+        .map(|q| {
+            let off = q.saturating_mul(chunk).min(size);
+            let end = off.saturating_add(chunk).min(size);
+            (q as usize, off, end - off)
+        })
+        .collect()
+}
+
+/// One matched send of a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendItem {
+    pub addr: u64,
+    pub lkey: u32,
+    pub size: u32,
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
+/// An RDMA write to post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Write {
+    pub qp: usize,
+    pub local_addr: u64,
+    pub lkey: u32,
+    pub len: u32,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    /// `Some(imm)` for a write with immediate (these are the signaled ones).
+    pub imm: Option<u32>,
+}
+
+/// Where the sizes of a multi-buffer group come from and go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizesSlot {
+    /// Local staging copy of the sizes (registered), already filled by the caller.
+    pub local_addr: u64,
+    pub lkey: u32,
+    /// The receiver's sizes-FIFO slot for this group.
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
+/// The writes of one complete group, data first; the writes with immediates (one per QP used)
+/// come last on each QP.
+pub fn plan_group(seq: u64, items: &[SendItem], nqps: usize, split: bool, sizes: SizesSlot) -> Vec<Write> {
+    let mut w = Vec::new();
+    let qps = group_qps(seq, nqps, split);
+    let empty = |qp: usize, imm: u32| Write {
+        qp,
+        local_addr: sizes.local_addr,
+        lkey: sizes.lkey,
+        len: 0,
+        remote_addr: sizes.remote_addr,
+        rkey: sizes.rkey,
+        imm: Some(imm),
+    };
+    let chunks_of = |it: &SendItem| -> Vec<(usize, u32, u32)> {
+        if split { split_chunks(it.size, nqps) } else { vec![(qps[0], 0, it.size)] }
+    };
+    if let [one] = items {
+        for (qp, off, len) in chunks_of(one) {
+            if len == 0 {
+                w.push(empty(qp, 0));
+            } else {
+                w.push(Write {
+                    qp,
+                    local_addr: one.addr + u64::from(off),
+                    lkey: one.lkey,
+                    len,
+                    remote_addr: one.remote_addr + u64::from(off),
+                    rkey: one.rkey,
+                    imm: Some(len),
+                });
+            }
+        }
+        return w;
+    }
+    for it in items {
+        for (qp, off, len) in chunks_of(it) {
+            if len > 0 {
+                w.push(Write {
+                    qp,
+                    local_addr: it.addr + u64::from(off),
+                    lkey: it.lkey,
+                    len,
+                    remote_addr: it.remote_addr + u64::from(off),
+                    rkey: it.rkey,
+                    imm: None,
+                });
+            }
+        }
+    }
+    for (i, &qp) in qps.iter().enumerate() {
+        if i == 0 {
+            w.push(Write { len: 4 * items.len() as u32, ..empty(qp, 0) });
+        } else {
+            w.push(empty(qp, 0));
+        }
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIZES: SizesSlot = SizesSlot { local_addr: 0x100, lkey: 1, remote_addr: 0x900, rkey: 2 };
+
+    fn item(i: u64, size: u32) -> SendItem {
+        SendItem { addr: 0x10_0000 * (i + 1), lkey: 3, size, remote_addr: 0x80_0000 * (i + 1), rkey: 4 }
+    }
+
+    #[test]
+    fn chunks_cover_the_message_exactly_in_128_byte_multiples() {
+        for size in [0u32, 1, 127, 128, 129, 4095, 4096, 65537, 1 << 20] {
+            for nqps in [1usize, 2, 3, 4, 8] {
+                let c = split_chunks(size, nqps);
+                assert_eq!(c.len(), nqps);
+                let mut next = 0;
+                for (q, (qp, off, len)) in c.iter().enumerate() {
+                    assert_eq!(*qp, q);
+                    assert_eq!(*off, next.min(size));
+                    next = off + len;
+                    if off + len < size {
+                        assert_eq!(len % SPLIT_ALIGN, 0);
+                    }
+                }
+                assert_eq!(next, size, "size {size} nqps {nqps}");
+            }
+        }
+    }
+
+    #[test]
+    fn unsplit_single_message_is_one_write_with_its_size() {
+        let w = plan_group(5, &[item(0, 4096)], 4, false, SIZES);
+        assert_eq!(w, vec![Write { qp: 1, local_addr: 0x10_0000, lkey: 3, len: 4096, remote_addr: 0x80_0000, rkey: 4, imm: Some(4096) }]);
+    }
+
+    #[test]
+    fn zero_byte_message_is_an_empty_write_to_the_sizes_fifo() {
+        let w = plan_group(0, &[item(0, 0)], 1, false, SIZES);
+        assert_eq!(w, vec![Write { qp: 0, local_addr: 0x100, lkey: 1, len: 0, remote_addr: 0x900, rkey: 2, imm: Some(0) }]);
+    }
+
+    #[test]
+    fn split_single_message_has_one_immediate_per_qp_summing_to_the_size() {
+        let w = plan_group(0, &[item(0, 1000)], 4, true, SIZES);
+        assert_eq!(w.len(), 4);
+        assert!(w.iter().all(|x| x.imm.is_some()));
+        assert_eq!(w.iter().map(|x| x.imm.unwrap_or(0)).sum::<u32>(), 1000);
+        assert_eq!(w.iter().map(|x| x.qp).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn group_ends_with_the_sizes_write_after_all_data() {
+        let items = [item(0, 10), item(1, 0), item(2, 300)];
+        let w = plan_group(2, &items, 2, false, SIZES);
+        // Two data writes (the empty one is skipped) then the sizes, all on QP 0 (= 2 % 2).
+        assert_eq!(w.len(), 3);
+        assert!(w.iter().all(|x| x.qp == 0));
+        assert_eq!(w[2], Write { qp: 0, local_addr: 0x100, lkey: 1, len: 12, remote_addr: 0x900, rkey: 2, imm: Some(0) });
+        let split = plan_group(2, &items, 2, true, SIZES);
+        let finals: Vec<_> = split.iter().filter(|x| x.imm.is_some()).collect();
+        assert_eq!(finals.len(), 2);
+        assert_eq!(finals[0].len, 12);
+        assert_eq!(finals[1].len, 0);
+        let last_data = split.iter().rposition(|x| x.imm.is_none()).unwrap();
+        let first_final = split.iter().position(|x| x.imm.is_some()).unwrap();
+        assert!(last_data < first_final);
+    }
+}

@@ -1,0 +1,336 @@
+//! Out-of-band handshake messages, exchanged over the TCP connection that `connect` opens to the
+//! listener. Every message starts with a 16-byte header:
+//! `magic u64 | version u16 | kind u16 | body length u32` (all little-endian).
+//!
+//! Flow: the connecting side sends [`Kind::Connect`] (its QPs and its FIFO), the accepting side
+//! answers [`Kind::Accept`] (its QPs and its sizes FIFO) or [`Kind::Reject`] (a reason, e.g.
+//! mismatched settings), and the connecting side, once its QPs are ready to receive, sends
+//! [`Kind::Ready`]. The connection then stays open for the comm's life as a liveness signal.
+
+use crate::{MAGIC, MAX_QPS, WIRE_VERSION};
+use std::fmt;
+
+pub const HEADER: usize = 16;
+/// Largest body accepted; anything bigger is garbage.
+pub const MAX_BODY: usize = 64 + 4 * MAX_QPS + 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Connect = 1,
+    Accept = 2,
+    Ready = 3,
+    Reject = 4,
+}
+
+impl Kind {
+    fn from_u16(v: u16) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Connect,
+            2 => Kind::Accept,
+            3 => Kind::Ready,
+            4 => Kind::Reject,
+            _ => return None,
+        })
+    }
+}
+
+/// One side's queue-pair metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpMeta {
+    /// QPs per connection and split mode: must agree on both sides.
+    pub nqps: u16,
+    pub split: bool,
+    /// 1 = InfiniBand, 2 = Ethernet (RoCE), as verbs encodes it.
+    pub link_layer: u8,
+    pub port: u8,
+    pub mtu: u32,
+    pub lid: u16,
+    pub gid: [u8; 16],
+    pub gid_index: u32,
+    /// Connect: the sender's CTS FIFO. Accept: the receiver's sizes FIFO.
+    pub mr_addr: u64,
+    pub mr_rkey: u32,
+    pub qpns: Vec<u32>,
+}
+
+/// A decoded message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Msg {
+    Connect(QpMeta),
+    Accept(QpMeta),
+    Ready,
+    Reject(String),
+}
+
+/// Why bytes from a peer were refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireError {
+    BadMagic(u64),
+    Version { got: u16, want: u16 },
+    BadKind(u16),
+    TooLong(usize),
+    Malformed(&'static str),
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::BadMagic(m) => write!(f, "peer sent bytes that are not this plugin's protocol (magic {m:#018x}): a stray connection or a rank running another plugin"),
+            WireError::Version { got, want } => write!(f, "peer speaks wire version {got}, this plugin {want}: all ranks must run the same plugin version"),
+            WireError::BadKind(k) => write!(f, "peer sent unknown message kind {k}"),
+            WireError::TooLong(n) => write!(f, "peer announced a {n}-byte message (limit {MAX_BODY})"),
+            WireError::Malformed(what) => write!(f, "malformed handshake message: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+fn header(kind: Kind, body_len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER + body_len);
+    v.extend_from_slice(&MAGIC.to_le_bytes());
+    v.extend_from_slice(&WIRE_VERSION.to_le_bytes());
+    v.extend_from_slice(&(kind as u16).to_le_bytes());
+    v.extend_from_slice(&(body_len as u32).to_le_bytes());
+    v
+}
+
+fn meta_body(m: &QpMeta) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64 + 4 * m.qpns.len());
+    b.extend_from_slice(&m.nqps.to_le_bytes());
+    b.push(u8::from(m.split));
+    b.push(m.link_layer);
+    b.push(m.port);
+    b.push(0);
+    b.extend_from_slice(&m.lid.to_le_bytes());
+    b.extend_from_slice(&m.mtu.to_le_bytes());
+    b.extend_from_slice(&m.gid);
+    b.extend_from_slice(&m.gid_index.to_le_bytes());
+    b.extend_from_slice(&m.mr_addr.to_le_bytes());
+    b.extend_from_slice(&m.mr_rkey.to_le_bytes());
+    b.extend_from_slice(&(m.qpns.len() as u32).to_le_bytes());
+    for q in &m.qpns {
+        b.extend_from_slice(&q.to_le_bytes());
+    }
+    b
+}
+
+/// Encodes a message.
+pub fn encode(msg: &Msg) -> Vec<u8> {
+    let (kind, body) = match msg {
+        Msg::Connect(m) => (Kind::Connect, meta_body(m)),
+        Msg::Accept(m) => (Kind::Accept, meta_body(m)),
+        Msg::Ready => (Kind::Ready, Vec::new()),
+        Msg::Reject(r) => {
+            let mut b = r.as_bytes().to_vec();
+            b.truncate(1024);
+            (Kind::Reject, b)
+        }
+    };
+    let mut v = header(kind, body.len());
+    v.extend_from_slice(&body);
+    v
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        if self.0.len() < N {
+            return Err(WireError::Malformed("body too short"));
+        }
+        let mut a = [0u8; N];
+        a.copy_from_slice(&self.0[..N]);
+        self.0 = &self.0[N..];
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+}
+
+fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
+    let mut c = Cursor(body);
+    let nqps = c.u16()?;
+    let split = c.u8()? != 0;
+    let link_layer = c.u8()?;
+    let port = c.u8()?;
+    let _pad = c.u8()?;
+    let lid = c.u16()?;
+    let mtu = c.u32()?;
+    let gid = c.take::<16>()?;
+    let gid_index = c.u32()?;
+    let mr_addr = c.u64()?;
+    let mr_rkey = c.u32()?;
+    let count = c.u32()? as usize;
+    if count == 0 || count > MAX_QPS || count != usize::from(nqps) {
+        return Err(WireError::Malformed("QP count out of range or inconsistent"));
+    }
+    let mut qpns = Vec::with_capacity(count);
+    for _ in 0..count {
+        qpns.push(c.u32()?);
+    }
+    if !c.0.is_empty() {
+        return Err(WireError::Malformed("trailing bytes"));
+    }
+    Ok(QpMeta { nqps, split, link_layer, port, mtu, lid, gid, gid_index, mr_addr, mr_rkey, qpns })
+}
+
+/// Accumulates bytes from a non-blocking socket until a whole message is there.
+#[derive(Debug, Default)]
+pub struct Reader {
+    buf: Vec<u8>,
+}
+
+impl Reader {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many more bytes to read before [`Reader::poll`] can make progress.
+    pub fn wanted(&self) -> usize {
+        if self.buf.len() < HEADER {
+            return HEADER - self.buf.len();
+        }
+        let mut l = [0u8; 4];
+        l.copy_from_slice(&self.buf[12..16]);
+        let body = u32::from_le_bytes(l) as usize;
+        (HEADER + body.min(MAX_BODY)).saturating_sub(self.buf.len())
+    }
+
+    /// Appends bytes read from the socket (at most [`Reader::wanted`] of them).
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes received so far.
+    pub fn received(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// A whole message, `Ok(None)` if more bytes are needed, or why the bytes are garbage. The
+    /// header is checked as soon as it is complete, so garbage is refused after 16 bytes.
+    pub fn poll(&mut self) -> Result<Option<Msg>, WireError> {
+        if self.buf.len() < HEADER {
+            return Ok(None);
+        }
+        let h = &self.buf[..HEADER];
+        let magic = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
+        if magic != MAGIC {
+            return Err(WireError::BadMagic(magic));
+        }
+        let version = u16::from_le_bytes([h[8], h[9]]);
+        if version != WIRE_VERSION {
+            return Err(WireError::Version { got: version, want: WIRE_VERSION });
+        }
+        let kind_raw = u16::from_le_bytes([h[10], h[11]]);
+        let kind = Kind::from_u16(kind_raw).ok_or(WireError::BadKind(kind_raw))?;
+        let len = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
+        if len > MAX_BODY {
+            return Err(WireError::TooLong(len));
+        }
+        if self.buf.len() < HEADER + len {
+            return Ok(None);
+        }
+        let body: Vec<u8> = self.buf.drain(..HEADER + len).skip(HEADER).collect();
+        Ok(Some(match kind {
+            Kind::Connect => Msg::Connect(decode_meta(&body)?),
+            Kind::Accept => Msg::Accept(decode_meta(&body)?),
+            Kind::Ready if body.is_empty() => Msg::Ready,
+            Kind::Ready => return Err(WireError::Malformed("ready with a body")),
+            Kind::Reject => Msg::Reject(String::from_utf8_lossy(&body).into_owned()),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(nqps: u16) -> QpMeta {
+        QpMeta {
+            nqps,
+            split: true,
+            link_layer: 2,
+            port: 1,
+            mtu: 4096,
+            lid: 0,
+            gid: [7; 16],
+            gid_index: 1,
+            mr_addr: 0x1234_5678_9abc,
+            mr_rkey: 42,
+            qpns: (0..u32::from(nqps)).map(|i| 100 + i).collect(),
+        }
+    }
+
+    fn feed_bytewise(bytes: &[u8]) -> Result<Option<Msg>, WireError> {
+        let mut r = Reader::new();
+        for b in bytes {
+            assert!(r.wanted() > 0);
+            r.push(std::slice::from_ref(b));
+            if let Some(m) = r.poll()? {
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
+    }
+
+    #[test]
+    fn every_message_round_trips_even_one_byte_at_a_time() {
+        for msg in [
+            Msg::Connect(meta(1)),
+            Msg::Accept(meta(128)),
+            Msg::Ready,
+            Msg::Reject("NCCL_IB_QPS_PER_CONNECTION differs: 2 here, 4 there".into()),
+        ] {
+            assert_eq!(feed_bytewise(&encode(&msg)), Ok(Some(msg.clone())));
+        }
+    }
+
+    #[test]
+    fn garbage_is_refused_after_the_header() {
+        let junk = [0x41u8; 64];
+        let mut r = Reader::new();
+        r.push(&junk[..HEADER]);
+        assert!(matches!(r.poll(), Err(WireError::BadMagic(_))));
+        // An HTTP request, say, is refused too.
+        let mut r = Reader::new();
+        r.push(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(matches!(r.poll(), Err(WireError::BadMagic(_))));
+    }
+
+    #[test]
+    fn version_kind_and_length_are_checked() {
+        let mut b = encode(&Msg::Ready);
+        b[8] = 2;
+        assert_eq!(feed_bytewise(&b), Err(WireError::Version { got: 2, want: WIRE_VERSION }));
+        let mut b = encode(&Msg::Ready);
+        b[10] = 99;
+        assert_eq!(feed_bytewise(&b), Err(WireError::BadKind(99)));
+        let mut b = encode(&Msg::Ready);
+        b[12..16].copy_from_slice(&(1u32 << 30).to_le_bytes());
+        assert!(matches!(feed_bytewise(&b), Err(WireError::TooLong(_))));
+    }
+
+    #[test]
+    fn inconsistent_meta_is_malformed() {
+        let mut m = meta(2);
+        m.qpns.pop();
+        let b = encode(&Msg::Connect(m));
+        assert!(matches!(feed_bytewise(&b), Err(WireError::Malformed(_))));
+        let mut b = encode(&Msg::Connect(meta(1)));
+        b.truncate(b.len() - 2);
+        let len = (b.len() - HEADER) as u32;
+        b[12..16].copy_from_slice(&len.to_le_bytes());
+        assert!(matches!(feed_bytewise(&b), Err(WireError::Malformed(_))));
+    }
+}
