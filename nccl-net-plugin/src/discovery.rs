@@ -2,8 +2,8 @@
 //! (device attributes, port attributes) merged with sysfs (GID table with types, netdev, PCI path).
 
 use crate::config::Config;
-use ferro_verbs::gid::{select_gid, GidChoice};
-use ferro_verbs::sys::{ibv_port_attr, mtu_bytes, IBV_PORT_ACTIVE};
+use ferro_verbs::gid::{GidChoice, select_gid};
+use ferro_verbs::sys::{IBV_PORT_ACTIVE, ibv_port_attr, mtu_bytes};
 use ferro_verbs::sysfs::{self, LinkLayer, PortState, SysDevice, SysPort};
 use ferro_verbs::{Context, LoadError};
 use std::path::Path;
@@ -57,11 +57,21 @@ pub struct Discovery {
 }
 
 fn fw_string(raw: &[core::ffi::c_char]) -> String {
-    let bytes: Vec<u8> = raw.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    let bytes: Vec<u8> = raw
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn port_report(dev: &str, attr: &ibv_port_attr, num: u8, sys: Option<&SysPort>, cfg: &Config) -> PortReport {
+fn port_report(
+    dev: &str,
+    attr: &ibv_port_attr,
+    num: u8,
+    sys: Option<&SysPort>,
+    cfg: &Config,
+) -> PortReport {
     let link_layer = match sys {
         Some(s) if !matches!(s.link_layer, LinkLayer::Unknown(_)) => s.link_layer.clone(),
         _ => LinkLayer::from_verbs(attr.link_layer),
@@ -102,10 +112,16 @@ fn port_report(dev: &str, attr: &ibv_port_attr, num: u8, sys: Option<&SysPort>, 
 
 /// Enumerates devices and ports. Never fails as a whole: problems are recorded per item.
 pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
-    let lib = ferro_verbs::verbs().map(|v| v.lib.clone()).map_err(Clone::clone);
+    let lib = ferro_verbs::verbs()
+        .map(|v| v.lib.clone())
+        .map_err(Clone::clone);
     let mut errors = Vec::new();
     if lib.is_err() {
-        return Discovery { lib, devices: Vec::new(), errors };
+        return Discovery {
+            lib,
+            devices: Vec::new(),
+            errors,
+        };
     }
     let sys_devices = match sysfs::list_devices(sys_root) {
         Ok(d) => d,
@@ -164,5 +180,9 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
         rep.ctx = Some(ctx);
         devices.push(rep);
     }
-    Discovery { lib, devices, errors }
+    Discovery {
+        lib,
+        devices,
+        errors,
+    }
 }

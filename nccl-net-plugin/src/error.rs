@@ -33,7 +33,11 @@ impl Error {
 
     pub fn message(&self) -> &str {
         match self {
-            Error::Usage(m) | Error::Argument(m) | Error::System(m) | Error::Remote(m) | Error::Internal(m) => m,
+            Error::Usage(m)
+            | Error::Argument(m)
+            | Error::System(m)
+            | Error::Remote(m)
+            | Error::Internal(m) => m,
         }
     }
 }

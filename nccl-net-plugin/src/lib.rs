@@ -7,10 +7,13 @@
 
 pub mod config;
 pub mod discovery;
+pub mod doctor;
 pub mod error;
 pub mod log;
+pub mod oob;
 pub mod plugin;
 mod shim;
+pub mod transport;
 
 pub use ferro_ffi as ffi;
 

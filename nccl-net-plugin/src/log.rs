@@ -23,7 +23,12 @@ fn logger() -> ncclDebugLogger_t {
         None
     } else {
         // SAFETY: p was stored from a valid `ncclDebugLogger_t` function pointer in set_logger.
-        Some(unsafe { core::mem::transmute::<usize, unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...)>(p) })
+        Some(unsafe {
+            core::mem::transmute::<
+                usize,
+                unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...),
+            >(p)
+        })
     }
 }
 
@@ -40,11 +45,24 @@ pub fn emit(level: c_int, flags: c_ulong, func: &str, line: u32, msg: &str) {
             let line = c_int::try_from(line).unwrap_or(0);
             // SAFETY: NCCL's logger accepts (level, flags, filefunc, line, fmt, ...); the format is
             // the constant "%s" with exactly one NUL-terminated string argument.
-            unsafe { f(level, flags, func.as_ptr(), line, c"%s".as_ptr(), text.as_ptr()) };
+            unsafe {
+                f(
+                    level,
+                    flags,
+                    func.as_ptr(),
+                    line,
+                    c"%s".as_ptr(),
+                    text.as_ptr(),
+                )
+            };
         }
         None => {
             if level == log_level::WARN || stderr_enabled() {
-                let tag = if level == log_level::WARN { "WARN" } else { "INFO" };
+                let tag = if level == log_level::WARN {
+                    "WARN"
+                } else {
+                    "INFO"
+                };
                 eprintln!("NET/Ferro {tag} {msg}");
             }
         }

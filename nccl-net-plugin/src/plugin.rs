@@ -1,13 +1,16 @@
 //! Process-wide plugin state: the devices exposed to NCCL, built once by `init`.
 
 use crate::config::Config;
-use crate::discovery::{discover, Discovery};
+use crate::discovery::{Discovery, discover};
 use crate::error::{Error, Result};
 use crate::{info, warn};
-use ferro_ffi::{log_flags::*, ncclNetProperties_v8_t, NCCL_NET_DEVICE_HOST, NCCL_NET_DEVICE_INVALID_VERSION, NCCL_PTR_HOST};
+use ferro_ffi::{
+    NCCL_NET_DEVICE_HOST, NCCL_NET_DEVICE_INVALID_VERSION, NCCL_PTR_HOST, log_flags::*,
+    ncclNetProperties_v8_t,
+};
+use ferro_verbs::Context;
 use ferro_verbs::gid::GidChoice;
 use ferro_verbs::sysfs::LinkLayer;
-use ferro_verbs::Context;
 use std::ffi::CString;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -33,14 +36,33 @@ pub struct NetDevice {
     // Owned strings the properties point into; they live as long as the process (static state).
     name_c: CString,
     pci_c: Option<CString>,
+    /// One protection domain per device, shared by its comms, created on first use.
+    pd: std::sync::Mutex<Option<Arc<ferro_verbs::Pd>>>,
 }
 
 impl NetDevice {
+    /// The device's protection domain (created on first use, then shared).
+    pub fn pd(&self) -> Result<Arc<ferro_verbs::Pd>> {
+        let mut g = self
+            .pd
+            .lock()
+            .map_err(|_| Error::Internal("device state poisoned".into()))?;
+        if let Some(pd) = g.as_ref() {
+            return Ok(pd.clone());
+        }
+        let pd = ferro_verbs::Pd::new(&self.ctx)?;
+        *g = Some(pd.clone());
+        Ok(pd)
+    }
+
     /// The v8 properties. Pointers refer to strings owned by this (never freed) device.
     pub fn properties(&self) -> ncclNetProperties_v8_t {
         ncclNetProperties_v8_t {
             name: self.name_c.as_ptr().cast_mut(),
-            pciPath: self.pci_c.as_ref().map_or(core::ptr::null_mut(), |c| c.as_ptr().cast_mut()),
+            pciPath: self
+                .pci_c
+                .as_ref()
+                .map_or(core::ptr::null_mut(), |c| c.as_ptr().cast_mut()),
             guid: self.guid,
             ptrSupport: NCCL_PTR_HOST,
             regIsGlobal: 0,
@@ -75,7 +97,11 @@ fn build() -> std::result::Result<Plugin, Error> {
     let disc: Discovery = discover(Path::new("/sys"), &config);
     let lib = match &disc.lib {
         Ok(lib) => lib.clone(),
-        Err(e) => return Err(Error::System(format!("{e}; NCCL will use its next network transport"))),
+        Err(e) => {
+            return Err(Error::System(format!(
+                "{e}; NCCL will use its next network transport"
+            )));
+        }
     };
     if let Ok(v) = ferro_verbs::verbs() {
         let caps = v.capabilities();
@@ -85,9 +111,17 @@ fn build() -> std::result::Result<Plugin, Error> {
             "loaded {} (ibv_reg_mr_iova2: {}{}; ibv_reg_dmabuf_mr: {}{})",
             v.lib,
             yes(caps.reg_mr_iova2),
-            if caps.reg_mr_iova2 { "" } else { ", no relaxed ordering" },
+            if caps.reg_mr_iova2 {
+                ""
+            } else {
+                ", no relaxed ordering"
+            },
             yes(caps.reg_dmabuf_mr),
-            if caps.reg_dmabuf_mr { "" } else { ", rdma-core older than 34: DMA-BUF registration unavailable" }
+            if caps.reg_dmabuf_mr {
+                ""
+            } else {
+                ", rdma-core older than 34: DMA-BUF registration unavailable"
+            }
         );
     }
     for e in &disc.errors {
@@ -105,14 +139,22 @@ fn build() -> std::result::Result<Plugin, Error> {
                 info!(INIT, "{} port {}: not used: {why}", d.name, p.num);
                 continue;
             }
-            let pci_c = d.pci_path.as_ref().and_then(|p| CString::new(p.to_string_lossy().into_owned()).ok());
+            let pci_c = d
+                .pci_path
+                .as_ref()
+                .and_then(|p| CString::new(p.to_string_lossy().into_owned()).ok());
             devices.push(NetDevice {
                 index: devices.len(),
                 ibdev: d.name.clone(),
                 port: p.num,
                 ctx: ctx.clone(),
                 link_layer: p.link_layer.clone(),
-                gid: p.gid.as_ref().ok().filter(|_| p.link_layer.is_ethernet()).cloned(),
+                gid: p
+                    .gid
+                    .as_ref()
+                    .ok()
+                    .filter(|_| p.link_layer.is_ethernet())
+                    .cloned(),
                 lid: p.lid,
                 active_mtu: p.active_mtu.unwrap_or(1024),
                 speed_mbps: p.speed_mbps.unwrap_or(0),
@@ -121,6 +163,7 @@ fn build() -> std::result::Result<Plugin, Error> {
                 max_qp: d.max_qp,
                 name_c: CString::new(d.name.clone()).unwrap_or_default(),
                 pci_c,
+                pd: std::sync::Mutex::new(None),
             });
         }
     }
@@ -128,19 +171,49 @@ fn build() -> std::result::Result<Plugin, Error> {
         let seen = if disc.devices.is_empty() {
             "libibverbs lists no RDMA devices (no RDMA-capable kernel driver, or /dev/infiniband not mounted into the container)".to_string()
         } else {
-            format!("none of {} RDMA device(s) has a usable ACTIVE port", disc.devices.len())
+            format!(
+                "none of {} RDMA device(s) has a usable ACTIVE port",
+                disc.devices.len()
+            )
         };
-        return Err(Error::System(format!("no usable RDMA device: {seen}; NCCL will use its next network transport")));
+        return Err(Error::System(format!(
+            "no usable RDMA device: {seen}; NCCL will use its next network transport"
+        )));
     }
     let list: Vec<String> = devices
         .iter()
         .map(|d| {
-            let gid = d.gid.as_ref().map_or(String::new(), |g| format!(" GID {} ({})", g.index, g.gid));
-            let via = d.netdev.as_ref().map_or(String::new(), |n| format!(" via {n}"));
-            format!("[{}]{}:{}/{}{}{} {} Mbps", d.index, d.ibdev, d.port, if d.link_layer.is_ethernet() { "RoCE" } else { "IB" }, via, gid, d.speed_mbps)
+            let gid = d
+                .gid
+                .as_ref()
+                .map_or(String::new(), |g| format!(" GID {} ({})", g.index, g.gid));
+            let via = d
+                .netdev
+                .as_ref()
+                .map_or(String::new(), |n| format!(" via {n}"));
+            format!(
+                "[{}]{}:{}/{}{}{} {} Mbps",
+                d.index,
+                d.ibdev,
+                d.port,
+                if d.link_layer.is_ethernet() {
+                    "RoCE"
+                } else {
+                    "IB"
+                },
+                via,
+                gid,
+                d.speed_mbps
+            )
         })
         .collect();
-    info!(INIT | NET, "Using {} ({}); {}", list.join(" ; "), lib, config.summary());
+    info!(
+        INIT | NET,
+        "Using {} ({}); {}",
+        list.join(" ; "),
+        lib,
+        config.summary()
+    );
     Ok(Plugin { config, devices })
 }
 
@@ -169,5 +242,10 @@ pub fn device(dev: i32) -> Result<&'static NetDevice> {
     usize::try_from(dev)
         .ok()
         .and_then(|i| p.devices.get(i))
-        .ok_or_else(|| Error::Usage(format!("device index {dev} out of range (have {})", p.devices.len())))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "device index {dev} out of range (have {})",
+                p.devices.len()
+            ))
+        })
 }

@@ -3,11 +3,12 @@
 //! [`boundary`], which turns a panic into `ncclInternalError` with a WARN.
 
 use crate::error::{Error, Result};
-use crate::{plugin, warn};
+use crate::{plugin, transport, warn};
 use core::ffi::{c_int, c_void};
 use ferro_ffi::log_flags::{ALL, NET};
 use ferro_ffi::*;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use ferro_proto::handle::HANDLE_SIZE;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 fn boundary(func: &str, body: impl FnOnce() -> Result<()>) -> ncclResult_t {
     match catch_unwind(AssertUnwindSafe(body)) {
@@ -22,7 +23,10 @@ fn boundary(func: &str, body: impl FnOnce() -> Result<()>) -> ncclResult_t {
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            warn!(ALL, "{func}: internal error (caught panic: {what}); please report this");
+            warn!(
+                ALL,
+                "{func}: internal error (caught panic: {what}); please report this"
+            );
             ncclResult_t::InternalError
         }
     }
@@ -57,47 +61,101 @@ unsafe extern "C" fn devices(ndev: *mut c_int) -> ncclResult_t {
     })
 }
 
-unsafe extern "C" fn get_properties(dev: c_int, props: *mut ncclNetProperties_v8_t) -> ncclResult_t {
-    boundary("getProperties", || out("props", props, plugin::device(dev)?.properties()))
+unsafe extern "C" fn get_properties(
+    dev: c_int,
+    props: *mut ncclNetProperties_v8_t,
+) -> ncclResult_t {
+    boundary("getProperties", || {
+        out("props", props, plugin::device(dev)?.properties())
+    })
 }
 
-fn missing(func: &str) -> Result<()> {
-    Err(Error::Internal(format!("{func} is not implemented in this build of the plugin")))
+fn handle_mut<'a>(handle: *mut c_void) -> Result<&'a mut [u8; HANDLE_SIZE]> {
+    if handle.is_null() {
+        return Err(Error::Usage("handle is NULL".into()));
+    }
+    // SAFETY: NCCL passes a buffer of NCCL_NET_HANDLE_MAXSIZE (128) bytes, exclusively ours for
+    // the duration of the call; [u8; 128] has alignment 1.
+    Ok(unsafe { &mut *handle.cast::<[u8; HANDLE_SIZE]>() })
 }
 
-unsafe extern "C" fn listen(_dev: c_int, _handle: *mut c_void, _listen_comm: *mut *mut c_void) -> ncclResult_t {
-    boundary("listen", || missing("listen"))
+unsafe extern "C" fn listen(
+    dev: c_int,
+    handle: *mut c_void,
+    listen_comm: *mut *mut c_void,
+) -> ncclResult_t {
+    boundary("listen", || {
+        let h = handle_mut(handle)?;
+        if listen_comm.is_null() {
+            return Err(Error::Usage("listenComm is NULL".into()));
+        }
+        let l = transport::listen(dev, h)?;
+        out("listenComm", listen_comm, Box::into_raw(l).cast())
+    })
 }
 
 unsafe extern "C" fn connect(
-    _dev: c_int,
-    _handle: *mut c_void,
-    _send_comm: *mut *mut c_void,
-    _send_dev_comm: *mut *mut ncclNetDeviceHandle_v8_t,
+    dev: c_int,
+    handle: *mut c_void,
+    send_comm: *mut *mut c_void,
+    send_dev_comm: *mut *mut ncclNetDeviceHandle_v8_t,
 ) -> ncclResult_t {
-    boundary("connect", || missing("connect"))
+    boundary("connect", || {
+        if send_comm.is_null() {
+            return Err(Error::Usage("sendComm is NULL".into()));
+        }
+        if !send_dev_comm.is_null() {
+            out("sendDevComm", send_dev_comm, core::ptr::null_mut())?;
+        }
+        let c = transport::connect(dev, handle_mut(handle)?)?;
+        out(
+            "sendComm",
+            send_comm,
+            c.map_or(core::ptr::null_mut(), |c| Box::into_raw(c).cast()),
+        )
+    })
 }
 
 unsafe extern "C" fn accept(
-    _listen_comm: *mut c_void,
-    _recv_comm: *mut *mut c_void,
-    _recv_dev_comm: *mut *mut ncclNetDeviceHandle_v8_t,
+    listen_comm: *mut c_void,
+    recv_comm: *mut *mut c_void,
+    recv_dev_comm: *mut *mut ncclNetDeviceHandle_v8_t,
 ) -> ncclResult_t {
-    boundary("accept", || missing("accept"))
+    boundary("accept", || {
+        if recv_comm.is_null() {
+            return Err(Error::Usage("recvComm is NULL".into()));
+        }
+        if !recv_dev_comm.is_null() {
+            out("recvDevComm", recv_dev_comm, core::ptr::null_mut())?;
+        }
+        // SAFETY: NCCL passes the listen comm we returned from listen (checked by its magic).
+        let l = unsafe { transport::listen_ref(listen_comm) }?;
+        let c = l.accept()?;
+        out(
+            "recvComm",
+            recv_comm,
+            c.map_or(core::ptr::null_mut(), |c| Box::into_raw(c).cast()),
+        )
+    })
 }
 
 unsafe extern "C" fn reg_mr(
-    _comm: *mut c_void,
-    _data: *mut c_void,
-    _size: usize,
-    _type: c_int,
-    _mhandle: *mut *mut c_void,
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    type_: c_int,
+    mhandle: *mut *mut c_void,
 ) -> ncclResult_t {
-    boundary("regMr", || missing("regMr"))
+    boundary("regMr", || {
+        // SAFETY: NCCL passes a send or receive comm of ours (checked by its magic).
+        let c = unsafe { transport::comm_ref(comm) }?;
+        let m = transport::reg_mr(c, data as u64, size, type_)?;
+        out("mhandle", mhandle, Box::into_raw(m).cast())
+    })
 }
 
 unsafe extern "C" fn reg_mr_dma_buf(
-    _comm: *mut c_void,
+    comm: *mut c_void,
     _data: *mut c_void,
     _size: usize,
     _type: c_int,
@@ -105,61 +163,162 @@ unsafe extern "C" fn reg_mr_dma_buf(
     _fd: c_int,
     _mhandle: *mut *mut c_void,
 ) -> ncclResult_t {
-    boundary("regMrDmaBuf", || missing("regMrDmaBuf"))
+    boundary("regMrDmaBuf", || {
+        // SAFETY: NCCL passes a send or receive comm of ours (checked by its magic).
+        let _c = unsafe { transport::comm_ref(comm) }?;
+        Err(Error::Usage(
+            "regMrDmaBuf: this device does not advertise DMA-BUF support (GPUDirect RDMA unavailable); NCCL should stage through host memory".into(),
+        ))
+    })
 }
 
-unsafe extern "C" fn dereg_mr(_comm: *mut c_void, _mhandle: *mut c_void) -> ncclResult_t {
-    boundary("deregMr", || missing("deregMr"))
+unsafe extern "C" fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
+    boundary("deregMr", || {
+        // SAFETY: NCCL passes a comm of ours (checked by its magic).
+        let _c = unsafe { transport::comm_ref(comm) }?;
+        // SAFETY: NCCL passes an mhandle from regMr (checked by its magic) and never uses it again.
+        unsafe { transport::close(mhandle, &[transport::MAGIC_MR]) }
+    })
 }
 
 unsafe extern "C" fn isend(
-    _send_comm: *mut c_void,
-    _data: *mut c_void,
-    _size: c_int,
-    _tag: c_int,
-    _mhandle: *mut c_void,
-    _request: *mut *mut c_void,
+    send_comm: *mut c_void,
+    data: *mut c_void,
+    size: c_int,
+    tag: c_int,
+    mhandle: *mut c_void,
+    request: *mut *mut c_void,
 ) -> ncclResult_t {
-    boundary("isend", || missing("isend"))
+    boundary("isend", || {
+        // SAFETY: NCCL passes a comm of ours (checked by its magic).
+        let c = unsafe { transport::comm_ref(send_comm) }?;
+        // SAFETY: NCCL passes NULL or an mhandle of ours (checked by its magic).
+        let m = unsafe { transport::mr_ref(mhandle) }?;
+        let size = u32::try_from(size)
+            .map_err(|_| Error::Usage(format!("isend of negative size {size}")))?;
+        let r = c.isend(data as u64, size, tag, m)?;
+        out(
+            "request",
+            request,
+            r.map_or(core::ptr::null_mut(), |r| r.cast()),
+        )
+    })
 }
 
 unsafe extern "C" fn irecv(
-    _recv_comm: *mut c_void,
-    _n: c_int,
-    _data: *mut *mut c_void,
-    _sizes: *mut c_int,
-    _tags: *mut c_int,
-    _mhandles: *mut *mut c_void,
-    _request: *mut *mut c_void,
+    recv_comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut c_int,
+    tags: *mut c_int,
+    mhandles: *mut *mut c_void,
+    request: *mut *mut c_void,
 ) -> ncclResult_t {
-    boundary("irecv", || missing("irecv"))
+    boundary("irecv", || {
+        // SAFETY: NCCL passes a comm of ours (checked by its magic).
+        let c = unsafe { transport::comm_ref(recv_comm) }?;
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|n| (1..=plugin::MAX_RECVS).contains(n))
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "irecv with n={n} (must be 1..={})",
+                    plugin::MAX_RECVS
+                ))
+            })?;
+        if data.is_null() || sizes.is_null() || tags.is_null() || mhandles.is_null() {
+            return Err(Error::Usage("irecv with a NULL array".into()));
+        }
+        let mut bufs = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: NCCL passes arrays of n elements each (checked non-NULL above).
+            let (d, s, t, m) =
+                unsafe { (*data.add(i), *sizes.add(i), *tags.add(i), *mhandles.add(i)) };
+            let s = u32::try_from(s)
+                .map_err(|_| Error::Usage(format!("irecv buffer {i} has negative size {s}")))?;
+            // SAFETY: NULL or an mhandle of ours (checked by its magic).
+            let m = unsafe { transport::mr_ref(m) }?;
+            let rkey = match (s, m) {
+                (_, Some(m)) => m.rkey(),
+                (0, None) => 0,
+                (_, None) => {
+                    return Err(Error::Usage(format!(
+                        "irecv buffer {i} of {s} bytes without a memory handle"
+                    )));
+                }
+            };
+            bufs.push((d as u64, s, t, rkey));
+        }
+        let r = c.irecv(&bufs)?;
+        out(
+            "request",
+            request,
+            r.map_or(core::ptr::null_mut(), |r| r.cast()),
+        )
+    })
 }
 
 unsafe extern "C" fn iflush(
-    _recv_comm: *mut c_void,
+    recv_comm: *mut c_void,
     _n: c_int,
     _data: *mut *mut c_void,
     _sizes: *mut c_int,
     _mhandles: *mut *mut c_void,
-    _request: *mut *mut c_void,
+    request: *mut *mut c_void,
 ) -> ncclResult_t {
-    boundary("iflush", || missing("iflush"))
+    boundary("iflush", || {
+        // SAFETY: NCCL passes a comm of ours (checked by its magic).
+        let _c = unsafe { transport::comm_ref(recv_comm) }?;
+        // Host memory only: data is visible once the receive completed; nothing to flush.
+        out("request", request, core::ptr::null_mut())
+    })
 }
 
-unsafe extern "C" fn test(_request: *mut c_void, _done: *mut c_int, _sizes: *mut c_int) -> ncclResult_t {
-    boundary("test", || missing("test"))
+unsafe extern "C" fn test(
+    request: *mut c_void,
+    done: *mut c_int,
+    sizes: *mut c_int,
+) -> ncclResult_t {
+    boundary("test", || {
+        if done.is_null() {
+            return Err(Error::Usage("test with done NULL".into()));
+        }
+        // SAFETY: NCCL passes a request of ours (checked by its magic) whose comm is open.
+        let r = unsafe { transport::test_request(request) }?;
+        match r {
+            None => out("done", done, 0),
+            Some((s, n)) => {
+                if !sizes.is_null() {
+                    for (i, v) in s.iter().take(n).enumerate() {
+                        // SAFETY: sizes has room for n entries (the request's buffer count).
+                        unsafe { sizes.add(i).write(*v as c_int) };
+                    }
+                }
+                out("done", done, 1)
+            }
+        }
+    })
 }
 
-unsafe extern "C" fn close_send(_comm: *mut c_void) -> ncclResult_t {
-    boundary("closeSend", || missing("closeSend"))
+unsafe extern "C" fn close_send(comm: *mut c_void) -> ncclResult_t {
+    // SAFETY: NCCL passes a send comm of ours (checked by its magic) and never uses it again.
+    boundary("closeSend", || unsafe {
+        transport::close(comm, &[transport::MAGIC_SEND])
+    })
 }
 
-unsafe extern "C" fn close_recv(_comm: *mut c_void) -> ncclResult_t {
-    boundary("closeRecv", || missing("closeRecv"))
+unsafe extern "C" fn close_recv(comm: *mut c_void) -> ncclResult_t {
+    // SAFETY: NCCL passes a receive comm of ours (checked by its magic) and never uses it again.
+    boundary("closeRecv", || unsafe {
+        transport::close(comm, &[transport::MAGIC_RECV])
+    })
 }
 
-unsafe extern "C" fn close_listen(_comm: *mut c_void) -> ncclResult_t {
-    boundary("closeListen", || missing("closeListen"))
+unsafe extern "C" fn close_listen(comm: *mut c_void) -> ncclResult_t {
+    // SAFETY: NCCL passes a listen comm of ours (checked by its magic) and never uses it again.
+    boundary("closeListen", || unsafe {
+        transport::close(comm, &[transport::MAGIC_LISTEN])
+    })
 }
 
 pub(crate) const TABLE: ncclNet_v8_t = ncclNet_v8_t {

@@ -48,7 +48,10 @@ impl CtsEntry {
         let mut h = mix(self.seq ^ 0x4645_5252_4f43_5453);
         h = mix(h ^ self.addr);
         h = mix(h ^ (u64::from(self.rkey) << 32 | u64::from(self.size)));
-        h = mix(h ^ (u64::from(self.tag as u32) << 32 | u64::from(self.nreqs) << 16 | u64::from(self.idx)));
+        h = mix(h
+            ^ (u64::from(self.tag as u32) << 32
+                | u64::from(self.nreqs) << 16
+                | u64::from(self.idx)));
         h | 1
     }
 
@@ -105,8 +108,16 @@ pub fn sizes_offset(seq: u64) -> usize {
 /// Why a send cannot be matched to the posted receives of its group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MatchError {
-    NoTag { tag: i32, seq: u64, posted: Vec<i32> },
-    TooBig { size: u32, capacity: u32, tag: i32 },
+    NoTag {
+        tag: i32,
+        seq: u64,
+        posted: Vec<i32>,
+    },
+    TooBig {
+        size: u32,
+        capacity: u32,
+        tag: i32,
+    },
 }
 
 impl std::fmt::Display for MatchError {
@@ -116,7 +127,11 @@ impl std::fmt::Display for MatchError {
                 f,
                 "isend with tag {tag} matches no open buffer of receive #{seq} (posted tags {posted:?})"
             ),
-            MatchError::TooBig { size, capacity, tag } => write!(
+            MatchError::TooBig {
+                size,
+                capacity,
+                tag,
+            } => write!(
                 f,
                 "isend of {size} bytes (tag {tag}) is larger than the posted receive buffer of {capacity} bytes; refusing to truncate"
             ),
@@ -127,7 +142,12 @@ impl std::fmt::Display for MatchError {
 impl std::error::Error for MatchError {}
 
 /// Picks the buffer for a send: the first entry not yet taken whose tag matches.
-pub fn match_send(entries: &[CtsEntry], taken: &[bool], tag: i32, size: u32) -> Result<usize, MatchError> {
+pub fn match_send(
+    entries: &[CtsEntry],
+    taken: &[bool],
+    tag: i32,
+    size: u32,
+) -> Result<usize, MatchError> {
     let i = entries
         .iter()
         .zip(taken)
@@ -138,7 +158,11 @@ pub fn match_send(entries: &[CtsEntry], taken: &[bool], tag: i32, size: u32) -> 
             posted: entries.iter().map(|e| e.tag).collect(),
         })?;
     if size > entries[i].size {
-        return Err(MatchError::TooBig { size, capacity: entries[i].size, tag });
+        return Err(MatchError::TooBig {
+            size,
+            capacity: entries[i].size,
+            tag,
+        });
     }
     Ok(i)
 }
@@ -148,7 +172,15 @@ mod tests {
     use super::*;
 
     fn e(seq: u64, idx: u16, nreqs: u16, tag: i32, size: u32) -> CtsEntry {
-        CtsEntry { seq: seq + 1, addr: 0x7000_0000 + u64::from(idx) * 4096, rkey: 9, size, tag, nreqs, idx }
+        CtsEntry {
+            seq: seq + 1,
+            addr: 0x7000_0000 + u64::from(idx) * 4096,
+            rkey: 9,
+            size,
+            tag,
+            nreqs,
+            idx,
+        }
     }
 
     #[test]
@@ -156,7 +188,11 @@ mod tests {
         let x = e(40, 1, 3, 7, 1 << 20);
         let b = x.encode();
         assert_eq!(CtsEntry::decode(&b, 40), Some(x));
-        assert_eq!(CtsEntry::decode(&b, 8), None, "stale entry from 32 groups ago");
+        assert_eq!(
+            CtsEntry::decode(&b, 8),
+            None,
+            "stale entry from 32 groups ago"
+        );
         assert_eq!(CtsEntry::decode(&b, 72), None);
         assert_eq!(CtsEntry::decode(&[0; ENTRY_SIZE], 0), None, "zeroed FIFO");
     }
@@ -164,9 +200,18 @@ mod tests {
     #[test]
     fn a_torn_entry_is_not_taken() {
         let old = e(8, 0, 1, 1, 100).encode();
-        let new = CtsEntry { addr: 0x5555_0000, rkey: 77, ..e(40, 0, 1, 5, 4096) }.encode();
+        let new = CtsEntry {
+            addr: 0x5555_0000,
+            rkey: 77,
+            ..e(40, 0, 1, 5, 4096)
+        }
+        .encode();
         for w in 0..5 {
-            assert_ne!(old[w * 8..w * 8 + 8], new[w * 8..w * 8 + 8], "word {w} must differ for the test to mean anything");
+            assert_ne!(
+                old[w * 8..w * 8 + 8],
+                new[w * 8..w * 8 + 8],
+                "word {w} must differ for the test to mean anything"
+            );
         }
         // Any mix of old and new 8-byte words that is not all-new must be refused.
         for mask in 0u32..(1 << 5) {
@@ -199,9 +244,19 @@ mod tests {
         assert_eq!(match_send(&g, &[false; 3], 4, 100), Ok(0));
         assert_eq!(match_send(&g, &[true, false, false], 4, 0), Ok(1));
         assert_eq!(match_send(&g, &[false; 3], 9, 5), Ok(2));
-        assert!(matches!(match_send(&g, &[true, true, false], 4, 1), Err(MatchError::NoTag { tag: 4, .. })));
+        assert!(matches!(
+            match_send(&g, &[true, true, false], 4, 1),
+            Err(MatchError::NoTag { tag: 4, .. })
+        ));
         let err = match_send(&g, &[false; 3], 9, 101).unwrap_err();
-        assert_eq!(err, MatchError::TooBig { size: 101, capacity: 100, tag: 9 });
+        assert_eq!(
+            err,
+            MatchError::TooBig {
+                size: 101,
+                capacity: 100,
+                tag: 9
+            }
+        );
         assert!(err.to_string().contains("refusing to truncate"));
     }
 }

@@ -36,7 +36,9 @@ impl fmt::Display for HandleError {
                 f,
                 "listen handle has wire version {got}, this plugin speaks {want}: all ranks must run the same plugin version"
             ),
-            HandleError::BadFamily(fam) => write!(f, "listen handle has unknown address family {fam}"),
+            HandleError::BadFamily(fam) => {
+                write!(f, "listen handle has unknown address family {fam}")
+            }
         }
     }
 }
@@ -76,7 +78,10 @@ pub fn decode(h: &[u8; HANDLE_SIZE]) -> Result<SocketAddr, HandleError> {
     }
     let version = u16_at(h, 8);
     if version != WIRE_VERSION {
-        return Err(HandleError::Version { got: version, want: WIRE_VERSION });
+        return Err(HandleError::Version {
+            got: version,
+            want: WIRE_VERSION,
+        });
     }
     let port = u16::from_be_bytes([h[12], h[13]]);
     let ip = match u16_at(h, 10) {
@@ -128,10 +133,19 @@ mod tests {
 
     #[test]
     fn rejects_garbage_foreign_and_other_versions() {
-        assert!(matches!(decode(&[0u8; HANDLE_SIZE]), Err(HandleError::BadMagic(0))));
+        assert!(matches!(
+            decode(&[0u8; HANDLE_SIZE]),
+            Err(HandleError::BadMagic(0))
+        ));
         let mut h = encode("127.0.0.1:1".parse().unwrap());
         h[8] = 9;
-        assert_eq!(decode(&h), Err(HandleError::Version { got: 9, want: WIRE_VERSION }));
+        assert_eq!(
+            decode(&h),
+            Err(HandleError::Version {
+                got: 9,
+                want: WIRE_VERSION
+            })
+        );
         let mut h = encode("127.0.0.1:1".parse().unwrap());
         h[10] = 7;
         assert_eq!(decode(&h), Err(HandleError::BadFamily(7)));

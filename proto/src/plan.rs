@@ -19,7 +19,11 @@ pub const SPLIT_ALIGN: u32 = 128;
 
 /// Which QPs a group uses.
 pub fn group_qps(seq: u64, nqps: usize, split: bool) -> Vec<usize> {
-    if split { (0..nqps).collect() } else { vec![(seq % nqps.max(1) as u64) as usize] }
+    if split {
+        (0..nqps).collect()
+    } else {
+        vec![(seq % nqps.max(1) as u64) as usize]
+    }
 }
 
 /// The chunks of a `size`-byte message over `nqps` QPs: `(qp, offset, len)`, one per QP.
@@ -71,7 +75,13 @@ pub struct SizesSlot {
 
 /// The writes of one complete group, data first; the writes with immediates (one per QP used)
 /// come last on each QP.
-pub fn plan_group(seq: u64, items: &[SendItem], nqps: usize, split: bool, sizes: SizesSlot) -> Vec<Write> {
+pub fn plan_group(
+    seq: u64,
+    items: &[SendItem],
+    nqps: usize,
+    split: bool,
+    sizes: SizesSlot,
+) -> Vec<Write> {
     let mut w = Vec::new();
     let qps = group_qps(seq, nqps, split);
     let empty = |qp: usize, imm: u32| Write {
@@ -84,7 +94,11 @@ pub fn plan_group(seq: u64, items: &[SendItem], nqps: usize, split: bool, sizes:
         imm: Some(imm),
     };
     let chunks_of = |it: &SendItem| -> Vec<(usize, u32, u32)> {
-        if split { split_chunks(it.size, nqps) } else { vec![(qps[0], 0, it.size)] }
+        if split {
+            split_chunks(it.size, nqps)
+        } else {
+            vec![(qps[0], 0, it.size)]
+        }
     };
     if let [one] = items {
         for (qp, off, len) in chunks_of(one) {
@@ -121,7 +135,10 @@ pub fn plan_group(seq: u64, items: &[SendItem], nqps: usize, split: bool, sizes:
     }
     for (i, &qp) in qps.iter().enumerate() {
         if i == 0 {
-            w.push(Write { len: 4 * items.len() as u32, ..empty(qp, 0) });
+            w.push(Write {
+                len: 4 * items.len() as u32,
+                ..empty(qp, 0)
+            });
         } else {
             w.push(empty(qp, 0));
         }
@@ -133,10 +150,21 @@ pub fn plan_group(seq: u64, items: &[SendItem], nqps: usize, split: bool, sizes:
 mod tests {
     use super::*;
 
-    const SIZES: SizesSlot = SizesSlot { local_addr: 0x100, lkey: 1, remote_addr: 0x900, rkey: 2 };
+    const SIZES: SizesSlot = SizesSlot {
+        local_addr: 0x100,
+        lkey: 1,
+        remote_addr: 0x900,
+        rkey: 2,
+    };
 
     fn item(i: u64, size: u32) -> SendItem {
-        SendItem { addr: 0x10_0000 * (i + 1), lkey: 3, size, remote_addr: 0x80_0000 * (i + 1), rkey: 4 }
+        SendItem {
+            addr: 0x10_0000 * (i + 1),
+            lkey: 3,
+            size,
+            remote_addr: 0x80_0000 * (i + 1),
+            rkey: 4,
+        }
     }
 
     #[test]
@@ -162,13 +190,35 @@ mod tests {
     #[test]
     fn unsplit_single_message_is_one_write_with_its_size() {
         let w = plan_group(5, &[item(0, 4096)], 4, false, SIZES);
-        assert_eq!(w, vec![Write { qp: 1, local_addr: 0x10_0000, lkey: 3, len: 4096, remote_addr: 0x80_0000, rkey: 4, imm: Some(4096) }]);
+        assert_eq!(
+            w,
+            vec![Write {
+                qp: 1,
+                local_addr: 0x10_0000,
+                lkey: 3,
+                len: 4096,
+                remote_addr: 0x80_0000,
+                rkey: 4,
+                imm: Some(4096)
+            }]
+        );
     }
 
     #[test]
     fn zero_byte_message_is_an_empty_write_to_the_sizes_fifo() {
         let w = plan_group(0, &[item(0, 0)], 1, false, SIZES);
-        assert_eq!(w, vec![Write { qp: 0, local_addr: 0x100, lkey: 1, len: 0, remote_addr: 0x900, rkey: 2, imm: Some(0) }]);
+        assert_eq!(
+            w,
+            vec![Write {
+                qp: 0,
+                local_addr: 0x100,
+                lkey: 1,
+                len: 0,
+                remote_addr: 0x900,
+                rkey: 2,
+                imm: Some(0)
+            }]
+        );
     }
 
     #[test]
@@ -187,7 +237,18 @@ mod tests {
         // Two data writes (the empty one is skipped) then the sizes, all on QP 0 (= 2 % 2).
         assert_eq!(w.len(), 3);
         assert!(w.iter().all(|x| x.qp == 0));
-        assert_eq!(w[2], Write { qp: 0, local_addr: 0x100, lkey: 1, len: 12, remote_addr: 0x900, rkey: 2, imm: Some(0) });
+        assert_eq!(
+            w[2],
+            Write {
+                qp: 0,
+                local_addr: 0x100,
+                lkey: 1,
+                len: 12,
+                remote_addr: 0x900,
+                rkey: 2,
+                imm: Some(0)
+            }
+        );
         let split = plan_group(2, &items, 2, true, SIZES);
         let finals: Vec<_> = split.iter().filter(|x| x.imm.is_some()).collect();
         assert_eq!(finals.len(), 2);

@@ -75,10 +75,18 @@ pub enum WireError {
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WireError::BadMagic(m) => write!(f, "peer sent bytes that are not this plugin's protocol (magic {m:#018x}): a stray connection or a rank running another plugin"),
-            WireError::Version { got, want } => write!(f, "peer speaks wire version {got}, this plugin {want}: all ranks must run the same plugin version"),
+            WireError::BadMagic(m) => write!(
+                f,
+                "peer sent bytes that are not this plugin's protocol (magic {m:#018x}): a stray connection or a rank running another plugin"
+            ),
+            WireError::Version { got, want } => write!(
+                f,
+                "peer speaks wire version {got}, this plugin {want}: all ranks must run the same plugin version"
+            ),
             WireError::BadKind(k) => write!(f, "peer sent unknown message kind {k}"),
-            WireError::TooLong(n) => write!(f, "peer announced a {n}-byte message (limit {MAX_BODY})"),
+            WireError::TooLong(n) => {
+                write!(f, "peer announced a {n}-byte message (limit {MAX_BODY})")
+            }
             WireError::Malformed(what) => write!(f, "malformed handshake message: {what}"),
         }
     }
@@ -173,7 +181,9 @@ fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
     let mr_rkey = c.u32()?;
     let count = c.u32()? as usize;
     if count == 0 || count > MAX_QPS || count != usize::from(nqps) {
-        return Err(WireError::Malformed("QP count out of range or inconsistent"));
+        return Err(WireError::Malformed(
+            "QP count out of range or inconsistent",
+        ));
     }
     let mut qpns = Vec::with_capacity(count);
     for _ in 0..count {
@@ -182,7 +192,19 @@ fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
     if !c.0.is_empty() {
         return Err(WireError::Malformed("trailing bytes"));
     }
-    Ok(QpMeta { nqps, split, link_layer, port, mtu, lid, gid, gid_index, mr_addr, mr_rkey, qpns })
+    Ok(QpMeta {
+        nqps,
+        split,
+        link_layer,
+        port,
+        mtu,
+        lid,
+        gid,
+        gid_index,
+        mr_addr,
+        mr_rkey,
+        qpns,
+    })
 }
 
 /// Accumulates bytes from a non-blocking socket until a whole message is there.
@@ -230,7 +252,10 @@ impl Reader {
         }
         let version = u16::from_le_bytes([h[8], h[9]]);
         if version != WIRE_VERSION {
-            return Err(WireError::Version { got: version, want: WIRE_VERSION });
+            return Err(WireError::Version {
+                got: version,
+                want: WIRE_VERSION,
+            });
         }
         let kind_raw = u16::from_le_bytes([h[10], h[11]]);
         let kind = Kind::from_u16(kind_raw).ok_or(WireError::BadKind(kind_raw))?;
@@ -312,7 +337,13 @@ mod tests {
     fn version_kind_and_length_are_checked() {
         let mut b = encode(&Msg::Ready);
         b[8] = 2;
-        assert_eq!(feed_bytewise(&b), Err(WireError::Version { got: 2, want: WIRE_VERSION }));
+        assert_eq!(
+            feed_bytewise(&b),
+            Err(WireError::Version {
+                got: 2,
+                want: WIRE_VERSION
+            })
+        );
         let mut b = encode(&Msg::Ready);
         b[10] = 99;
         assert_eq!(feed_bytewise(&b), Err(WireError::BadKind(99)));
