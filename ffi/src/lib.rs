@@ -206,8 +206,11 @@ pub type IflushFn = unsafe extern "C" fn(
 pub type TestFn =
     unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult_t;
 pub type CloseFn = unsafe extern "C" fn(comm: *mut c_void) -> ncclResult_t;
-pub type GetDeviceMrFn =
-    unsafe extern "C" fn(comm: *mut c_void, mhandle: *mut c_void, dptr: *mut *mut c_void) -> ncclResult_t;
+pub type GetDeviceMrFn = unsafe extern "C" fn(
+    comm: *mut c_void,
+    mhandle: *mut c_void,
+    dptr: *mut *mut c_void,
+) -> ncclResult_t;
 pub type IrecvConsumedFn =
     unsafe extern "C" fn(recvComm: *mut c_void, n: c_int, request: *mut c_void) -> ncclResult_t;
 
@@ -299,7 +302,10 @@ mod tests {
         assert_eq!(ncclResult_t::RemoteError.name(), Some("ncclRemoteError"));
         assert_eq!(ncclResult_t(8).name(), None);
         assert_eq!(format!("{:?}", ncclResult_t(42)), "ncclResult_t(42)");
-        assert_eq!(format!("{:?}", ncclResult_t::InvalidUsage), "ncclInvalidUsage");
+        assert_eq!(
+            format!("{:?}", ncclResult_t::InvalidUsage),
+            "ncclInvalidUsage"
+        );
     }
 
     #[test]

@@ -15,12 +15,19 @@ pub struct Error {
 
 impl Error {
     pub fn new(op: &'static str, errno: i32) -> Self {
-        Self { op, errno, context: String::new() }
+        Self {
+            op,
+            errno,
+            context: String::new(),
+        }
     }
 
     /// The error with `errno` taken from the thread's last OS error.
     pub fn last(op: &'static str) -> Self {
-        Self::new(op, std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        Self::new(
+            op,
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        )
     }
 
     /// Adds context such as the device name.
@@ -31,7 +38,9 @@ impl Error {
 
     /// True when the provider or library does not implement the operation.
     pub fn is_unsupported(&self) -> bool {
-        self.errno == libc::EOPNOTSUPP || self.errno == libc::ENOSYS || self.errno == libc::EPROTONOSUPPORT
+        self.errno == libc::EOPNOTSUPP
+            || self.errno == libc::ENOSYS
+            || self.errno == libc::EPROTONOSUPPORT
     }
 }
 

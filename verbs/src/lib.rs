@@ -6,14 +6,16 @@
 //! - [`objects`]: safe owners of verbs objects (context, PD, CQ, QP, MR); children keep their parent alive.
 //! - [`sysfs`]: device discovery from `/sys/class/infiniband` (GID table, netdev, PCI path), testable on a fake tree.
 //! - [`gid`]: GID index selection (explicit or automatic RoCE v2 / address-family choice).
-pub mod gid;
-pub mod sysfs;
-pub mod sys;
 pub mod error;
+pub mod gid;
 pub mod loader;
 pub mod objects;
 pub mod ops;
+pub mod sys;
+pub mod sysfs;
 
 pub use error::{Error, Result};
-pub use loader::{verbs, LoadError, Verbs};
-pub use objects::{device_names, live_counts, Context, Cq, HostBuf, LiveCounts, Mr, Pd, Qp, QpCaps};
+pub use loader::{LoadError, Verbs, verbs};
+pub use objects::{
+    Context, Cq, HostBuf, LiveCounts, Mr, Pd, Qp, QpCaps, device_names, live_counts,
+};

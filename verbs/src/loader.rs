@@ -10,7 +10,7 @@
 //! threads and state that must outlive the plugin.
 
 use crate::sys::*;
-use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::ffi::CString;
 use std::fmt;
 use std::sync::OnceLock;
@@ -26,7 +26,11 @@ pub enum LoadError {
     /// `dlopen` failed (typically: rdma-core is not installed).
     NotFound { lib: String, reason: String },
     /// A required symbol is missing at its pinned version.
-    MissingSymbol { lib: String, symbol: &'static str, version: &'static str },
+    MissingSymbol {
+        lib: String,
+        symbol: &'static str,
+        version: &'static str,
+    },
 }
 
 impl fmt::Display for LoadError {
@@ -36,8 +40,15 @@ impl fmt::Display for LoadError {
                 f,
                 "cannot load {lib} ({reason}); install rdma-core's libibverbs (Debian/Ubuntu: ibverbs-providers, RHEL: rdma-core)"
             ),
-            LoadError::MissingSymbol { lib, symbol, version } => {
-                write!(f, "{lib} lacks {symbol}@{version}; it is not a usable libibverbs")
+            LoadError::MissingSymbol {
+                lib,
+                symbol,
+                version,
+            } => {
+                write!(
+                    f,
+                    "{lib} lacks {symbol}@{version}; it is not a usable libibverbs"
+                )
             }
         }
     }
@@ -50,14 +61,27 @@ pub type FreeDeviceListFn = unsafe extern "C" fn(list: *mut *mut ibv_device);
 pub type GetDeviceNameFn = unsafe extern "C" fn(dev: *mut ibv_device) -> *const c_char;
 pub type OpenDeviceFn = unsafe extern "C" fn(dev: *mut ibv_device) -> *mut ibv_context;
 pub type CloseDeviceFn = unsafe extern "C" fn(ctx: *mut ibv_context) -> c_int;
-pub type QueryDeviceFn = unsafe extern "C" fn(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int;
-pub type QueryPortFn = unsafe extern "C" fn(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int;
-pub type QueryGidFn = unsafe extern "C" fn(ctx: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
+pub type QueryDeviceFn =
+    unsafe extern "C" fn(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int;
+pub type QueryPortFn =
+    unsafe extern "C" fn(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int;
+pub type QueryGidFn =
+    unsafe extern "C" fn(ctx: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
 pub type AllocPdFn = unsafe extern "C" fn(ctx: *mut ibv_context) -> *mut ibv_pd;
 pub type DeallocPdFn = unsafe extern "C" fn(pd: *mut ibv_pd) -> c_int;
-pub type RegMrFn = unsafe extern "C" fn(pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> *mut ibv_mr;
-pub type RegMrIova2Fn =
-    unsafe extern "C" fn(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint) -> *mut ibv_mr;
+pub type RegMrFn = unsafe extern "C" fn(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr;
+pub type RegMrIova2Fn = unsafe extern "C" fn(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr;
 pub type RegDmabufMrFn = unsafe extern "C" fn(
     pd: *mut ibv_pd,
     offset: u64,
@@ -75,11 +99,14 @@ pub type CreateCqFn = unsafe extern "C" fn(
     comp_vector: c_int,
 ) -> *mut ibv_cq;
 pub type DestroyCqFn = unsafe extern "C" fn(cq: *mut ibv_cq) -> c_int;
-pub type CreateQpFn = unsafe extern "C" fn(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
-pub type ModifyQpFn = unsafe extern "C" fn(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
+pub type CreateQpFn =
+    unsafe extern "C" fn(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
+pub type ModifyQpFn =
+    unsafe extern "C" fn(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
 pub type DestroyQpFn = unsafe extern "C" fn(qp: *mut ibv_qp) -> c_int;
 pub type ForkInitFn = unsafe extern "C" fn() -> c_int;
-pub type GetAsyncEventFn = unsafe extern "C" fn(ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int;
+pub type GetAsyncEventFn =
+    unsafe extern "C" fn(ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int;
 pub type AckAsyncEventFn = unsafe extern "C" fn(ev: *mut ibv_async_event);
 
 /// The resolved libibverbs entry points.
@@ -122,7 +149,10 @@ pub struct Capabilities {
 
 impl Verbs {
     pub fn capabilities(&self) -> Capabilities {
-        Capabilities { reg_mr_iova2: self.reg_mr_iova2.is_some(), reg_dmabuf_mr: self.reg_dmabuf_mr.is_some() }
+        Capabilities {
+            reg_mr_iova2: self.reg_mr_iova2.is_some(),
+            reg_dmabuf_mr: self.reg_dmabuf_mr.is_some(),
+        }
     }
 }
 
@@ -132,7 +162,10 @@ static VERBS: OnceLock<Result<Verbs, LoadError>> = OnceLock::new();
 pub fn verbs() -> Result<&'static Verbs, &'static LoadError> {
     VERBS
         .get_or_init(|| {
-            let lib = std::env::var(LIB_ENV).ok().filter(|s| !s.is_empty()).unwrap_or_else(|| DEFAULT_LIB.into());
+            let lib = std::env::var(LIB_ENV)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| DEFAULT_LIB.into());
             load(&lib)
         })
         .as_ref()
@@ -146,7 +179,9 @@ fn dl_error() -> String {
         "unknown dlopen error".into()
     } else {
         // SAFETY: non-NULL, NUL-terminated (see above).
-        unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(msg) }
+            .to_string_lossy()
+            .into_owned()
     }
 }
 
@@ -168,11 +203,13 @@ impl Lib {
 
 macro_rules! required {
     ($lib:ident, $name:literal, $ver:literal, $ty:ty) => {{
-        let p = $lib.sym($name, $ver).ok_or_else(|| LoadError::MissingSymbol {
-            lib: $lib.name.clone(),
-            symbol: $name,
-            version: $ver,
-        })?;
+        let p = $lib
+            .sym($name, $ver)
+            .ok_or_else(|| LoadError::MissingSymbol {
+                lib: $lib.name.clone(),
+                symbol: $name,
+                version: $ver,
+            })?;
         // SAFETY: the symbol was resolved at the ABI version whose C prototype `$ty` transcribes.
         unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
     }};
@@ -181,20 +218,30 @@ macro_rules! required {
 macro_rules! optional {
     ($lib:ident, $name:literal, $ver:literal, $ty:ty) => {{
         // SAFETY: as in `required!`: resolved at the version whose prototype `$ty` transcribes.
-        $lib.sym($name, $ver).map(|p| unsafe { core::mem::transmute::<*mut c_void, $ty>(p) })
+        $lib.sym($name, $ver)
+            .map(|p| unsafe { core::mem::transmute::<*mut c_void, $ty>(p) })
     }};
 }
 
 /// Opens `lib` with `RTLD_NOW|RTLD_LOCAL` and resolves the table. Public for tests that point it
 /// at stand-in libraries; production code calls [`verbs`].
 pub fn load(lib: &str) -> Result<Verbs, LoadError> {
-    let c = CString::new(lib).map_err(|_| LoadError::NotFound { lib: lib.into(), reason: "NUL in name".into() })?;
+    let c = CString::new(lib).map_err(|_| LoadError::NotFound {
+        lib: lib.into(),
+        reason: "NUL in name".into(),
+    })?;
     // SAFETY: c is NUL-terminated. Loading runs the library's constructors, which is the point.
     let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
-        return Err(LoadError::NotFound { lib: lib.into(), reason: dl_error() });
+        return Err(LoadError::NotFound {
+            lib: lib.into(),
+            reason: dl_error(),
+        });
     }
-    let l = Lib { name: lib.into(), handle };
+    let l = Lib {
+        name: lib.into(),
+        handle,
+    };
     Ok(Verbs {
         lib: lib.into(),
         get_device_list: required!(l, "ibv_get_device_list", "IBVERBS_1.1", GetDeviceListFn),
@@ -228,7 +275,9 @@ mod tests {
 
     #[test]
     fn missing_library_is_a_clean_error_naming_it() {
-        let e = load("/nonexistent/libibverbs.so.1").err().expect("must fail");
+        let e = load("/nonexistent/libibverbs.so.1")
+            .err()
+            .expect("must fail");
         match &e {
             LoadError::NotFound { lib, reason } => {
                 assert_eq!(lib, "/nonexistent/libibverbs.so.1");
@@ -245,7 +294,11 @@ mod tests {
         let e = load("libm.so.6").err().expect("must fail");
         assert_eq!(
             e,
-            LoadError::MissingSymbol { lib: "libm.so.6".into(), symbol: "ibv_get_device_list", version: "IBVERBS_1.1" }
+            LoadError::MissingSymbol {
+                lib: "libm.so.6".into(),
+                symbol: "ibv_get_device_list",
+                version: "IBVERBS_1.1"
+            }
         );
     }
 }

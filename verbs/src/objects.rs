@@ -7,10 +7,10 @@
 //! with [`set_drop_error_hook`] and the object is leaked.
 
 use crate::error::{Error, Result};
-use crate::loader::{verbs, Verbs};
+use crate::loader::{Verbs, verbs};
 use crate::ops;
 use crate::sys::*;
-use core::ffi::{c_int, c_void, CStr};
+use core::ffi::{CStr, c_int, c_void};
 use core::ptr::NonNull;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -56,7 +56,13 @@ fn live_dec(k: usize) {
 /// Counts of live objects.
 pub fn live_counts() -> LiveCounts {
     let g = |k: usize| LIVE[k].load(Ordering::Relaxed);
-    LiveCounts { contexts: g(K_CTX), pds: g(K_PD), cqs: g(K_CQ), qps: g(K_QP), mrs: g(K_MR) }
+    LiveCounts {
+        contexts: g(K_CTX),
+        pds: g(K_PD),
+        cqs: g(K_CQ),
+        qps: g(K_QP),
+        mrs: g(K_MR),
+    }
 }
 
 fn lib() -> Result<&'static Verbs> {
@@ -72,7 +78,11 @@ pub fn device_names() -> Result<Vec<String>> {
     let list = unsafe { (v.get_device_list)(&mut n) };
     if list.is_null() {
         let err = Error::last("ibv_get_device_list");
-        return if err.errno == libc::ENOSYS || err.errno == 0 { Ok(Vec::new()) } else { Err(err) };
+        return if err.errno == libc::ENOSYS || err.errno == 0 {
+            Ok(Vec::new())
+        } else {
+            Err(err)
+        };
     }
     let count = usize::try_from(n).unwrap_or(0);
     let mut names = Vec::with_capacity(count);
@@ -86,7 +96,11 @@ pub fn device_names() -> Result<Vec<String>> {
         let name = unsafe { (v.get_device_name)(dev) };
         if !name.is_null() {
             // SAFETY: libibverbs returns a NUL-terminated name owned by the device.
-            names.push(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned());
+            names.push(
+                unsafe { CStr::from_ptr(name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
         }
     }
     // SAFETY: list came from get_device_list and is freed once.
@@ -143,11 +157,18 @@ impl Context {
         // SAFETY: list came from get_device_list, freed once.
         unsafe { (v.free_device_list)(list) };
         let ctx = match ctx {
-            None => return Err(Error::new("ibv_open_device", libc::ENODEV).context(format!("no device named {name}"))),
+            None => {
+                return Err(Error::new("ibv_open_device", libc::ENODEV)
+                    .context(format!("no device named {name}")));
+            }
             Some(p) => NonNull::new(p).ok_or_else(|| err.context(name.to_string()))?,
         };
         live_inc(K_CTX);
-        Ok(Arc::new(Context { v, ptr: ctx, name: name.to_string() }))
+        Ok(Arc::new(Context {
+            v,
+            ptr: ctx,
+            name: name.to_string(),
+        }))
     }
 
     pub fn name(&self) -> &str {
@@ -178,7 +199,9 @@ impl Context {
         // SAFETY: live context; attr is zeroed and at least as large as the compat struct.
         let rc = unsafe { (self.v.query_port)(self.as_ptr(), port, &mut attr) };
         if rc != 0 {
-            return Err(Error::new("ibv_query_port", rc).context(format!("{} port {port}", self.name)));
+            return Err(
+                Error::new("ibv_query_port", rc).context(format!("{} port {port}", self.name))
+            );
         }
         Ok(attr)
     }
@@ -189,7 +212,8 @@ impl Context {
         // SAFETY: live context, valid out-pointer.
         let rc = unsafe { (self.v.query_gid)(self.as_ptr(), port, idx, &mut gid) };
         if rc != 0 {
-            return Err(Error::last("ibv_query_gid").context(format!("{} port {port} index {index}", self.name)));
+            return Err(Error::last("ibv_query_gid")
+                .context(format!("{} port {port} index {index}", self.name)));
         }
         Ok(gid)
     }
@@ -222,9 +246,13 @@ impl Pd {
     pub fn new(ctx: &Arc<Context>) -> Result<Arc<Pd>> {
         // SAFETY: live context.
         let p = unsafe { (ctx.v.alloc_pd)(ctx.as_ptr()) };
-        let ptr = NonNull::new(p).ok_or_else(|| Error::last("ibv_alloc_pd").context(ctx.name.clone()))?;
+        let ptr =
+            NonNull::new(p).ok_or_else(|| Error::last("ibv_alloc_pd").context(ctx.name.clone()))?;
         live_inc(K_PD);
-        Ok(Arc::new(Pd { ctx: ctx.clone(), ptr }))
+        Ok(Arc::new(Pd {
+            ctx: ctx.clone(),
+            ptr,
+        }))
     }
 
     pub fn context(&self) -> &Arc<Context> {
@@ -263,10 +291,23 @@ impl Cq {
     pub fn new(ctx: &Arc<Context>, cqe: u32) -> Result<Arc<Cq>> {
         let n = c_int::try_from(cqe).map_err(|_| Error::new("ibv_create_cq", libc::EINVAL))?;
         // SAFETY: live context; no channel, vector 0.
-        let p = unsafe { (ctx.v.create_cq)(ctx.as_ptr(), n, core::ptr::null_mut(), core::ptr::null_mut(), 0) };
-        let ptr = NonNull::new(p).ok_or_else(|| Error::last("ibv_create_cq").context(format!("{} cqe={cqe}", ctx.name)))?;
+        let p = unsafe {
+            (ctx.v.create_cq)(
+                ctx.as_ptr(),
+                n,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                0,
+            )
+        };
+        let ptr = NonNull::new(p).ok_or_else(|| {
+            Error::last("ibv_create_cq").context(format!("{} cqe={cqe}", ctx.name))
+        })?;
         live_inc(K_CQ);
-        Ok(Arc::new(Cq { ctx: ctx.clone(), ptr }))
+        Ok(Arc::new(Cq {
+            ctx: ctx.clone(),
+            ptr,
+        }))
     }
 
     pub fn as_ptr(&self) -> *mut ibv_cq {
@@ -336,11 +377,18 @@ impl Qp {
         };
         // SAFETY: live PD and CQs; attr fully initialised.
         let p = unsafe { (pd.ctx.v.create_qp)(pd.as_ptr(), &mut attr) };
-        let ptr = NonNull::new(p).ok_or_else(|| Error::last("ibv_create_qp").context(pd.ctx.name.clone()))?;
+        let ptr = NonNull::new(p)
+            .ok_or_else(|| Error::last("ibv_create_qp").context(pd.ctx.name.clone()))?;
         // SAFETY: ptr is a live QP just created.
         let qpn = unsafe { (*ptr.as_ptr()).qp_num };
         live_inc(K_QP);
-        Ok(Qp { pd: pd.clone(), _send_cq: send_cq.clone(), _recv_cq: recv_cq.clone(), ptr, qpn })
+        Ok(Qp {
+            pd: pd.clone(),
+            _send_cq: send_cq.clone(),
+            _recv_cq: recv_cq.clone(),
+            ptr,
+            qpn,
+        })
     }
 
     pub fn qpn(&self) -> u32 {
@@ -360,8 +408,10 @@ impl Qp {
         // SAFETY: live QP; attr is a valid, initialised attribute struct.
         let rc = unsafe { (self.pd.ctx.v.modify_qp)(self.as_ptr(), attr, mask) };
         if rc != 0 {
-            return Err(Error::new("ibv_modify_qp", rc)
-                .context(format!("{} qpn {} to state {} (mask {mask:#x})", self.pd.ctx.name, self.qpn, attr.qp_state)));
+            return Err(Error::new("ibv_modify_qp", rc).context(format!(
+                "{} qpn {} to state {} (mask {mask:#x})",
+                self.pd.ctx.name, self.qpn, attr.qp_state
+            )));
         }
         Ok(())
     }
@@ -391,7 +441,10 @@ impl Drop for Qp {
         // SAFETY: live QP, destroyed once.
         let rc = unsafe { (self.pd.ctx.v.destroy_qp)(self.as_ptr()) };
         if rc != 0 {
-            report_drop_error(&format!("ibv_destroy_qp({} qpn {}) failed: {rc}", self.pd.ctx.name, self.qpn));
+            report_drop_error(&format!(
+                "ibv_destroy_qp({} qpn {}) failed: {rc}",
+                self.pd.ctx.name, self.qpn
+            ));
         }
         live_dec(K_QP);
     }
@@ -422,7 +475,14 @@ impl Mr {
             (m.lkey, m.rkey, m.addr as u64, m.length)
         };
         live_inc(K_MR);
-        Ok(Mr { pd: pd.clone(), ptr, lkey, rkey, addr, len })
+        Ok(Mr {
+            pd: pd.clone(),
+            ptr,
+            lkey,
+            rkey,
+            addr,
+            len,
+        })
     }
 
     /// Registers `len` bytes at `addr`.
@@ -447,10 +507,18 @@ impl Mr {
     ///
     /// # Safety
     /// `fd` must be a DMA-BUF file descriptor whose backing stays alive while registered.
-    pub unsafe fn reg_dmabuf(pd: &Arc<Pd>, offset: u64, len: usize, iova: u64, fd: c_int, access: u32) -> Result<Mr> {
+    pub unsafe fn reg_dmabuf(
+        pd: &Arc<Pd>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        fd: c_int,
+        access: u32,
+    ) -> Result<Mr> {
         let f = pd.ctx.v.reg_dmabuf_mr.ok_or_else(|| {
-            Error::new("ibv_reg_dmabuf_mr", libc::EOPNOTSUPP)
-                .context("libibverbs has no ibv_reg_dmabuf_mr (rdma-core older than 34)".to_string())
+            Error::new("ibv_reg_dmabuf_mr", libc::EOPNOTSUPP).context(
+                "libibverbs has no ibv_reg_dmabuf_mr (rdma-core older than 34)".to_string(),
+            )
         })?;
         let what = format!("{} fd {fd} offset {offset} len {len}", pd.ctx.name);
         // SAFETY: live PD; fd contract is the caller's.

@@ -27,11 +27,17 @@ unsafe fn ops_of_cq(cq: *mut ibv_cq) -> ibv_context_ops {
 /// registered memory that stays valid until the work completes.
 pub unsafe fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr) -> Result<()> {
     // SAFETY: forwarded contract.
-    let op = unsafe { ops_of_qp(qp) }.post_send.ok_or(Error::new("ibv_post_send", libc::EOPNOTSUPP))?;
+    let op = unsafe { ops_of_qp(qp) }
+        .post_send
+        .ok_or(Error::new("ibv_post_send", libc::EOPNOTSUPP))?;
     let mut bad: *mut ibv_send_wr = core::ptr::null_mut();
     // SAFETY: op is the provider's post_send for this QP; arguments per the contract.
     let rc = unsafe { op(qp, wr, &mut bad) };
-    if rc == 0 { Ok(()) } else { Err(Error::new("ibv_post_send", rc)) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::new("ibv_post_send", rc))
+    }
 }
 
 /// `ibv_post_recv`.
@@ -40,11 +46,17 @@ pub unsafe fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr) -> Result<()> {
 /// As [`post_send`], for receive work requests.
 pub unsafe fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr) -> Result<()> {
     // SAFETY: forwarded contract.
-    let op = unsafe { ops_of_qp(qp) }.post_recv.ok_or(Error::new("ibv_post_recv", libc::EOPNOTSUPP))?;
+    let op = unsafe { ops_of_qp(qp) }
+        .post_recv
+        .ok_or(Error::new("ibv_post_recv", libc::EOPNOTSUPP))?;
     let mut bad: *mut ibv_recv_wr = core::ptr::null_mut();
     // SAFETY: op is the provider's post_recv for this QP; arguments per the contract.
     let rc = unsafe { op(qp, wr, &mut bad) };
-    if rc == 0 { Ok(()) } else { Err(Error::new("ibv_post_recv", rc)) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::new("ibv_post_recv", rc))
+    }
 }
 
 /// `ibv_poll_cq`: fills `wc` from the front, returns how many were filled.
@@ -53,7 +65,9 @@ pub unsafe fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr) -> Result<()> {
 /// `cq` is a live CQ.
 pub unsafe fn poll_cq(cq: *mut ibv_cq, wc: &mut [ibv_wc]) -> Result<usize> {
     // SAFETY: forwarded contract.
-    let op = unsafe { ops_of_cq(cq) }.poll_cq.ok_or(Error::new("ibv_poll_cq", libc::EOPNOTSUPP))?;
+    let op = unsafe { ops_of_cq(cq) }
+        .poll_cq
+        .ok_or(Error::new("ibv_poll_cq", libc::EOPNOTSUPP))?;
     let n = c_int::try_from(wc.len()).unwrap_or(c_int::MAX);
     // SAFETY: wc has room for n entries; cq is live.
     let rc = unsafe { op(cq, n, wc.as_mut_ptr()) };
@@ -66,8 +80,14 @@ pub unsafe fn poll_cq(cq: *mut ibv_cq, wc: &mut [ibv_wc]) -> Result<usize> {
 /// `cq` is a live CQ created with a completion channel.
 pub unsafe fn req_notify_cq(cq: *mut ibv_cq, solicited_only: bool) -> Result<()> {
     // SAFETY: forwarded contract.
-    let op = unsafe { ops_of_cq(cq) }.req_notify_cq.ok_or(Error::new("ibv_req_notify_cq", libc::EOPNOTSUPP))?;
+    let op = unsafe { ops_of_cq(cq) }
+        .req_notify_cq
+        .ok_or(Error::new("ibv_req_notify_cq", libc::EOPNOTSUPP))?;
     // SAFETY: cq is live.
     let rc = unsafe { op(cq, c_int::from(solicited_only)) };
-    if rc == 0 { Ok(()) } else { Err(Error::new("ibv_req_notify_cq", rc)) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::new("ibv_req_notify_cq", rc))
+    }
 }

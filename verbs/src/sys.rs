@@ -44,11 +44,18 @@ pub struct ibv_mw {
     _opaque: [u8; 0],
 }
 
-pub type PostSendOp =
-    unsafe extern "C" fn(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int;
-pub type PostRecvOp =
-    unsafe extern "C" fn(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int;
-pub type PollCqOp = unsafe extern "C" fn(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int;
+pub type PostSendOp = unsafe extern "C" fn(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int;
+pub type PostRecvOp = unsafe extern "C" fn(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int;
+pub type PollCqOp =
+    unsafe extern "C" fn(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int;
 pub type ReqNotifyCqOp = unsafe extern "C" fn(cq: *mut ibv_cq, solicited_only: c_int) -> c_int;
 type AnyOp = Option<unsafe extern "C" fn()>;
 
@@ -363,7 +370,12 @@ pub struct ibv_recv_wr {
 
 impl Default for ibv_recv_wr {
     fn default() -> Self {
-        Self { wr_id: 0, next: core::ptr::null_mut(), sg_list: core::ptr::null_mut(), num_sge: 0 }
+        Self {
+            wr_id: 0,
+            next: core::ptr::null_mut(),
+            sg_list: core::ptr::null_mut(),
+            num_sge: 0,
+        }
     }
 }
 

@@ -3,7 +3,8 @@
 
 #[test]
 fn system_libibverbs_loads_with_all_required_symbols_and_optional_ones_detected() {
-    let v = ferro_verbs::verbs().expect("libibverbs from rdma-core must be installed (testbed/provision.sh)");
+    let v = ferro_verbs::verbs()
+        .expect("libibverbs from rdma-core must be installed (testbed/provision.sh)");
     // rdma-core 44 (Debian 12) has both optional entry points.
     let caps = v.capabilities();
     assert!(caps.reg_mr_iova2 && caps.reg_dmabuf_mr, "{caps:?}");

@@ -17,24 +17,214 @@ macro_rules! fields {
 
 fn rust_layout() -> Vec<(String, usize)> {
     let mut v = Vec::new();
-    fields!(v, ibv_context_ops { poll_cq, req_notify_cq, post_send, post_recv });
-    fields!(v, ibv_context { device, ops, cmd_fd, async_fd, num_comp_vectors });
+    fields!(
+        v,
+        ibv_context_ops {
+            poll_cq,
+            req_notify_cq,
+            post_send,
+            post_recv
+        }
+    );
+    fields!(
+        v,
+        ibv_context {
+            device,
+            ops,
+            cmd_fd,
+            async_fd,
+            num_comp_vectors
+        }
+    );
     fields!(v, ibv_pd { context, handle });
-    fields!(v, ibv_mr { context, pd, addr, length, handle, lkey, rkey });
-    fields!(v, ibv_cq { context, channel, cq_context, handle, cqe, comp_events_completed, async_events_completed });
-    fields!(v, ibv_qp { context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, events_completed });
+    fields!(
+        v,
+        ibv_mr {
+            context,
+            pd,
+            addr,
+            length,
+            handle,
+            lkey,
+            rkey
+        }
+    );
+    fields!(
+        v,
+        ibv_cq {
+            context,
+            channel,
+            cq_context,
+            handle,
+            cqe,
+            comp_events_completed,
+            async_events_completed
+        }
+    );
+    fields!(
+        v,
+        ibv_qp {
+            context,
+            qp_context,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            handle,
+            qp_num,
+            state,
+            qp_type,
+            events_completed
+        }
+    );
     fields!(v, ibv_gid { raw });
-    fields!(v, ibv_device_attr { fw_ver, node_guid, sys_image_guid, max_mr_size, vendor_id, vendor_part_id, max_qp, max_qp_wr, max_sge, max_cqe, max_mr, max_qp_rd_atom, max_qp_init_rd_atom, atomic_cap, max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt });
-    fields!(v, ibv_qp_cap { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data });
-    fields!(v, ibv_qp_init_attr { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all });
-    fields!(v, ibv_global_route { dgid, flow_label, sgid_index, hop_limit, traffic_class });
-    fields!(v, ibv_ah_attr { grh, dlid, sl, src_path_bits, static_rate, is_global, port_num });
-    fields!(v, ibv_qp_attr { qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit });
+    fields!(
+        v,
+        ibv_device_attr {
+            fw_ver,
+            node_guid,
+            sys_image_guid,
+            max_mr_size,
+            vendor_id,
+            vendor_part_id,
+            max_qp,
+            max_qp_wr,
+            max_sge,
+            max_cqe,
+            max_mr,
+            max_qp_rd_atom,
+            max_qp_init_rd_atom,
+            atomic_cap,
+            max_srq_sge,
+            max_pkeys,
+            local_ca_ack_delay,
+            phys_port_cnt
+        }
+    );
+    fields!(
+        v,
+        ibv_qp_cap {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data
+        }
+    );
+    fields!(
+        v,
+        ibv_qp_init_attr {
+            qp_context,
+            send_cq,
+            recv_cq,
+            srq,
+            cap,
+            qp_type,
+            sq_sig_all
+        }
+    );
+    fields!(
+        v,
+        ibv_global_route {
+            dgid,
+            flow_label,
+            sgid_index,
+            hop_limit,
+            traffic_class
+        }
+    );
+    fields!(
+        v,
+        ibv_ah_attr {
+            grh,
+            dlid,
+            sl,
+            src_path_bits,
+            static_rate,
+            is_global,
+            port_num
+        }
+    );
+    fields!(
+        v,
+        ibv_qp_attr {
+            qp_state,
+            cur_qp_state,
+            path_mtu,
+            path_mig_state,
+            qkey,
+            rq_psn,
+            sq_psn,
+            dest_qp_num,
+            qp_access_flags,
+            cap,
+            ah_attr,
+            alt_ah_attr,
+            pkey_index,
+            alt_pkey_index,
+            en_sqd_async_notify,
+            sq_draining,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+            port_num,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            alt_port_num,
+            alt_timeout,
+            rate_limit
+        }
+    );
     fields!(v, ibv_sge { addr, length, lkey });
-    fields!(v, ibv_send_wr { wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data, wr, qp_type_xrc_remote_srqn });
-    fields!(v, ibv_recv_wr { wr_id, next, sg_list, num_sge });
-    fields!(v, ibv_wc { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits });
-    fields!(v, ibv_async_event { element, event_type });
+    fields!(
+        v,
+        ibv_send_wr {
+            wr_id,
+            next,
+            sg_list,
+            num_sge,
+            opcode,
+            send_flags,
+            imm_data,
+            wr,
+            qp_type_xrc_remote_srqn
+        }
+    );
+    fields!(
+        v,
+        ibv_recv_wr {
+            wr_id,
+            next,
+            sg_list,
+            num_sge
+        }
+    );
+    fields!(
+        v,
+        ibv_wc {
+            wr_id,
+            status,
+            opcode,
+            vendor_err,
+            byte_len,
+            imm_data,
+            qp_num,
+            src_qp,
+            wc_flags,
+            pkey_index,
+            slid,
+            sl,
+            dlid_path_bits
+        }
+    );
+    fields!(
+        v,
+        ibv_async_event {
+            element,
+            event_type
+        }
+    );
     // The port attributes: the compat prefix must match exactly; our struct may be longer.
     for (name, off) in [
         ("state", offset_of!(ibv_port_attr, state)),
@@ -46,7 +236,10 @@ fn rust_layout() -> Vec<(String, usize)> {
         ("phys_state", offset_of!(ibv_port_attr, phys_state)),
         ("link_layer", offset_of!(ibv_port_attr, link_layer)),
         ("flags", offset_of!(ibv_port_attr, flags)),
-        ("port_cap_flags2", offset_of!(ibv_port_attr, port_cap_flags2)),
+        (
+            "port_cap_flags2",
+            offset_of!(ibv_port_attr, port_cap_flags2),
+        ),
     ] {
         v.push((format!("offsetof ibv_port_attr.{name}"), off));
     }
@@ -83,7 +276,11 @@ fn verbs_types_match_system_headers() {
         "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void){\n",
     );
     for (k, _) in &rust {
-        let expr = if k == "sizeof ibv_gid" { "sizeof(union ibv_gid)".to_string() } else { c_expr(k) };
+        let expr = if k == "sizeof ibv_gid" {
+            "sizeof(union ibv_gid)".to_string()
+        } else {
+            c_expr(k)
+        };
         src.push_str(&format!("printf(\"{k}=%zu\\n\", (size_t)({expr}));\n"));
     }
     src.push_str("printf(\"sizeof compat_port_attr_end=%zu\\n\", offsetof(struct ibv_port_attr, flags) + 1);\nreturn 0;}\n");
@@ -114,7 +311,11 @@ fn verbs_types_match_system_headers() {
             mismatches.push(format!("{k}: rust {rv}, C {cv}"));
         }
     }
-    assert!(mismatches.is_empty(), "layout mismatches:\n{}", mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "layout mismatches:\n{}",
+        mismatches.join("\n")
+    );
     assert!(
         size_of::<ibv_port_attr>() >= c["sizeof compat_port_attr_end"],
         "ibv_port_attr too small for the compat prefix"
