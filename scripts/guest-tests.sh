@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs inside the soft-RoCE guest: every test binary listed in $1, one after the other (rxe drops
+# completions when many QPs are busy at once, so tests run serially). Prints a closing summary
+# line and exits non-zero if any binary failed.
+set -uo pipefail
+list="$1"
+failed=()
+total=0
+while read -r exe; do
+  [ -n "$exe" ] || continue
+  total=$((total + 1))
+  name="$(basename "$exe")"
+  printf '\n--- %s (in the guest)\n' "$name"
+  if ! "$exe" --test-threads=1; then
+    failed+=("$name")
+  fi
+done < "$list"
+if [ "${#failed[@]}" -gt 0 ]; then
+  printf '\nguest: %d of %d test binaries failed: %s\n' "${#failed[@]}" "$total" "${failed[*]}"
+  exit 1
+fi
+printf '\nguest: all %d test binaries passed\n' "$total"

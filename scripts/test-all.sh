@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The project's whole test suite, as run by `make test` and CI:
+#   1. provision the machine (packages, soft-RoCE guest kernel) if needed;
+#   2. host tests: unit tests of every crate and the host_* integration tests (no RDMA needed);
+#   3. guest tests: the guest_* integration tests, built here and run inside one boot of the
+#      soft-RoCE QEMU guest (rxe0 on lo, rxe1 on a dummy netdev).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "provisioning (packages, guest kernel)"
+testbed/provision.sh
+
+step "building the plugin and tools"
+cargo build --workspace --all-targets
+
+step "host tests"
+cargo test --workspace --lib --bins --test 'host_*'
+
+step "building guest tests"
+mkdir -p target/guest-out
+cargo test --workspace --no-run --test 'guest_*' --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])' > target/guest-out/guest-tests.list
+sed 's/^/    /' target/guest-out/guest-tests.list >&2
+[ -s target/guest-out/guest-tests.list ] || { echo "no guest tests were built" >&2; exit 1; }
+
+step "guest tests (soft-RoCE, one boot)"
+testbed/run-in-guest.sh --timeout "${FERRO_GUEST_TEST_TIMEOUT:-1800}" -- scripts/guest-tests.sh target/guest-out/guest-tests.list
