@@ -1,1 +1,46 @@
-fn main() {}
+//! `nccl-net-doctor`: will the Ferro NCCL network plugin work on this host, and why (not)?
+//!
+//! A thin wrapper: collection, verdicts and rendering live in `nccl_net_ferro::doctor`.
+//! Exit status: 0 when at least one device port is usable, 1 when none is, 2 on usage errors.
+
+use nccl_net_ferro::doctor::{self, Command};
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Writes to stdout, ignoring a closed pipe (`nccl-net-doctor | head` must not panic).
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!(
+        "nccl-net-doctor: {msg}\nUsage: nccl-net-doctor [--json] [--sysfs-root PATH]; --help for more"
+    );
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let opts = match doctor::parse_args(std::env::args_os().skip(1)) {
+        Ok(Command::Help) => {
+            print(doctor::HELP);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Run(opts)) => opts,
+        Err(msg) => return usage_error(&msg),
+    };
+    if !opts.sysfs_root.is_dir() {
+        return usage_error(&format!(
+            "--sysfs-root {}: not a directory",
+            opts.sysfs_root.display()
+        ));
+    }
+    let report = doctor::collect(&opts.sysfs_root);
+    print(&if opts.json {
+        doctor::render_json(&report)
+    } else {
+        doctor::render_text(&report)
+    });
+    ExitCode::from(doctor::exit_code(&report))
+}
