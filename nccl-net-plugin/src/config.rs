@@ -35,6 +35,87 @@ pub struct Config {
     pub service_level: u8,
     /// `NCCL_IB_PKEY` (P_Key *index*).
     pub pkey_index: u16,
+    /// `NCCL_IB_HCA`.
+    pub hca: Option<HcaFilter>,
+    /// `FERRO_GID_INDEX`: per-device GID indexes, overriding `NCCL_IB_GID_INDEX`.
+    pub gid_overrides: Vec<GidOverride>,
+}
+
+/// `NCCL_IB_HCA`: `[^][=]name[:port][,name[:port]...]`. Names are prefixes unless `=` is given;
+/// `^` turns the list into an exclusion list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HcaFilter {
+    pub raw: String,
+    pub exclude: bool,
+    pub exact: bool,
+    pub entries: Vec<(String, Option<u8>)>,
+}
+
+impl HcaFilter {
+    pub fn parse(raw: &str) -> Result<HcaFilter, String> {
+        let mut rest = raw.trim();
+        let exclude = rest.starts_with('^');
+        if exclude {
+            rest = &rest[1..];
+        }
+        let exact = rest.starts_with('=');
+        if exact {
+            rest = &rest[1..];
+        }
+        let mut entries = Vec::new();
+        for item in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (name, port) = match item.split_once(':') {
+                Some((n, p)) => {
+                    let port = p.parse::<u8>().ok().filter(|p| *p > 0).ok_or_else(|| format!("bad port {p:?} in {item:?}"))?;
+                    (n, Some(port))
+                }
+                None => (item, None),
+            };
+            if name.is_empty() {
+                return Err(format!("empty device name in {item:?}"));
+            }
+            entries.push((name.to_string(), port));
+        }
+        if entries.is_empty() {
+            return Err("no device named".into());
+        }
+        Ok(HcaFilter { raw: raw.to_string(), exclude, exact, entries })
+    }
+
+    /// Whether the plugin may use `dev` port `port`.
+    pub fn allows(&self, dev: &str, port: u8) -> bool {
+        let hit = self.entries.iter().any(|(name, p)| {
+            let name_ok = if self.exact { dev == name } else { dev.starts_with(name.as_str()) };
+            name_ok && p.is_none_or(|p| p == port)
+        });
+        hit != self.exclude
+    }
+}
+
+/// One `FERRO_GID_INDEX` entry: `dev[:port]=index`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GidOverride {
+    pub dev: String,
+    pub port: Option<u8>,
+    pub index: u32,
+}
+
+/// Parses `FERRO_GID_INDEX` (`mlx5_0=3,mlx5_1:1=5`).
+pub fn parse_gid_overrides(raw: &str) -> Result<Vec<GidOverride>, String> {
+    let mut out = Vec::new();
+    for item in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (target, index) = item.split_once('=').ok_or_else(|| format!("{item:?} is not dev[:port]=index"))?;
+        let index = index.trim().parse::<u32>().map_err(|_| format!("bad index in {item:?}"))?;
+        let (dev, port) = match target.trim().split_once(':') {
+            Some((d, p)) => (d, Some(p.parse::<u8>().ok().filter(|p| *p > 0).ok_or_else(|| format!("bad port in {item:?}"))?)),
+            None => (target.trim(), None),
+        };
+        if dev.is_empty() {
+            return Err(format!("empty device name in {item:?}"));
+        }
+        out.push(GidOverride { dev: dev.to_string(), port, index });
+    }
+    Ok(out)
 }
 
 impl Default for Config {
@@ -52,6 +133,8 @@ impl Default for Config {
             traffic_class: 0,
             service_level: 0,
             pkey_index: 0,
+            hca: None,
+            gid_overrides: Vec::new(),
         }
     }
 }
@@ -133,7 +216,26 @@ impl Config {
                 }
             },
         };
+        let hca = match get("NCCL_IB_HCA").as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(text) => match HcaFilter::parse(text) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    w.push(format!("NCCL_IB_HCA={text:?} is invalid ({e}); using every device"));
+                    None
+                }
+            },
+        };
+        let gid_overrides = match get("FERRO_GID_INDEX").as_deref().map(str::trim) {
+            None | Some("") => Vec::new(),
+            Some(text) => parse_gid_overrides(text).unwrap_or_else(|e| {
+                w.push(format!("FERRO_GID_INDEX={text:?} is invalid ({e}); using no per-device override"));
+                Vec::new()
+            }),
+        };
         let cfg = Config {
+            hca,
+            gid_overrides,
             gid_index,
             addr_family,
             addr_range,
@@ -159,10 +261,30 @@ impl Config {
     pub fn gid_policy(&self) -> GidPolicy {
         GidPolicy {
             explicit_index: u32::try_from(self.gid_index).ok(),
+            explicit_origin: None,
             family: self.addr_family,
             range: self.addr_range,
             roce_version: self.roce_version,
         }
+    }
+
+    /// The policy for one port: a `FERRO_GID_INDEX` entry for it (port-specific first) wins over
+    /// `NCCL_IB_GID_INDEX`.
+    pub fn gid_policy_for(&self, dev: &str, port: u8) -> GidPolicy {
+        let mut p = self.gid_policy();
+        let hit = self
+            .gid_overrides
+            .iter()
+            .find(|o| o.dev == dev && o.port == Some(port))
+            .or_else(|| self.gid_overrides.iter().find(|o| o.dev == dev && o.port.is_none()));
+        if let Some(o) = hit {
+            p.explicit_index = Some(o.index);
+            p.explicit_origin = Some(match o.port {
+                Some(port) => format!("FERRO_GID_INDEX={}:{port}={}", o.dev, o.index),
+                None => format!("FERRO_GID_INDEX={}={}", o.dev, o.index),
+            });
+        }
+        p
     }
 
     /// One line with every effective value, for the INFO log and the doctor.
@@ -188,7 +310,77 @@ impl Config {
             },
             range,
             self.roce_version
+        ) + &format!(
+            " NCCL_IB_HCA={} FERRO_GID_INDEX={}",
+            self.hca.as_ref().map_or("unset", |h| h.raw.as_str()),
+            if self.gid_overrides.is_empty() {
+                "unset".to_string()
+            } else {
+                self.gid_overrides
+                    .iter()
+                    .map(|o| match o.port {
+                        Some(p) => format!("{}:{p}={}", o.dev, o.index),
+                        None => format!("{}={}", o.dev, o.index),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }
         )
+    }
+}
+
+#[cfg(test)]
+mod hca_tests {
+    use super::*;
+
+    #[test]
+    fn hca_prefix_exact_exclude_and_ports() {
+        let f = HcaFilter::parse("mlx5_1").unwrap();
+        assert!(f.allows("mlx5_1", 1) && f.allows("mlx5_10", 1) && !f.allows("mlx5_2", 1));
+        let f = HcaFilter::parse("=mlx5_1").unwrap();
+        assert!(f.allows("mlx5_1", 1) && !f.allows("mlx5_10", 1));
+        let f = HcaFilter::parse("^mlx5_1").unwrap();
+        assert!(!f.allows("mlx5_1", 1) && !f.allows("mlx5_10", 2) && f.allows("mlx5_2", 1));
+        let f = HcaFilter::parse("^=rxe1").unwrap();
+        assert!(f.allows("rxe0", 1) && !f.allows("rxe1", 1) && f.allows("rxe10", 1));
+        let f = HcaFilter::parse("mlx5_0:1,mlx5_1:2").unwrap();
+        assert!(f.allows("mlx5_0", 1) && !f.allows("mlx5_0", 2) && f.allows("mlx5_1", 2) && !f.allows("mlx5_1", 1));
+        assert!(HcaFilter::parse("").is_err());
+        assert!(HcaFilter::parse("mlx5_0:x").is_err());
+        assert!(HcaFilter::parse("^").is_err());
+    }
+
+    #[test]
+    fn gid_overrides_parse_and_win_per_device() {
+        let o = parse_gid_overrides("mlx5_0=3, mlx5_1:1=5").unwrap();
+        assert_eq!(o, vec![
+            GidOverride { dev: "mlx5_0".into(), port: None, index: 3 },
+            GidOverride { dev: "mlx5_1".into(), port: Some(1), index: 5 },
+        ]);
+        assert!(parse_gid_overrides("mlx5_0").is_err());
+        assert!(parse_gid_overrides("mlx5_0=x").is_err());
+        assert!(parse_gid_overrides("=3").is_err());
+        let c = Config { gid_index: 1, gid_overrides: o, ..Config::default() };
+        assert_eq!(c.gid_policy_for("mlx5_0", 1).explicit_index, Some(3));
+        assert_eq!(c.gid_policy_for("mlx5_0", 1).explicit_origin.as_deref(), Some("FERRO_GID_INDEX=mlx5_0=3"));
+        assert_eq!(c.gid_policy_for("mlx5_1", 1).explicit_index, Some(5));
+        assert_eq!(c.gid_policy_for("mlx5_1", 2).explicit_index, Some(1), "falls back to NCCL_IB_GID_INDEX");
+        assert_eq!(c.gid_policy_for("mlx5_9", 1).explicit_origin, None);
+        assert!(c.summary().contains("FERRO_GID_INDEX=mlx5_0=3,mlx5_1:1=5"));
+    }
+
+    #[test]
+    fn invalid_hca_and_override_warn_and_fall_back() {
+        let get = |k: &str| match k {
+            "NCCL_IB_HCA" => Some("mlx5_0:0".to_string()),
+            "FERRO_GID_INDEX" => Some("nonsense".to_string()),
+            _ => None,
+        };
+        let (c, w) = Config::from_lookup(&get);
+        assert_eq!(c.hca, None);
+        assert!(c.gid_overrides.is_empty());
+        assert!(w.iter().any(|x| x.starts_with("NCCL_IB_HCA=\"mlx5_0:0\"") && x.contains("using every device")), "{w:?}");
+        assert!(w.iter().any(|x| x.starts_with("FERRO_GID_INDEX=")), "{w:?}");
     }
 }
 

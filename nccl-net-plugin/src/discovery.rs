@@ -85,9 +85,11 @@ fn port_report(
     let speed_mbps = sysfs::ib_speed_mbps(attr.active_speed, attr.active_width)
         .or_else(|| sys.and_then(|s| s.rate.as_ref()).map(|r| r.mbps()));
     let table = sys.map(|s| s.gids.as_slice()).unwrap_or(&[]);
-    let gid = select_gid(&link_layer, table, &cfg.gid_policy())
+    let gid = select_gid(&link_layer, table, &cfg.gid_policy_for(dev, num))
         .map_err(|e| format!("{dev} port {num}: {e}"));
-    let usable = if attr.state != IBV_PORT_ACTIVE {
+    let usable = if let Some(f) = cfg.hca.as_ref().filter(|f| !f.allows(dev, num)) {
+        Err(format!("excluded by NCCL_IB_HCA={}", f.raw))
+    } else if attr.state != IBV_PORT_ACTIVE {
         Err(format!("port state is {state:?}, not ACTIVE"))
     } else if matches!(link_layer, LinkLayer::Unknown(_)) {
         Err(format!("unknown link layer {link_layer:?}"))

@@ -1380,14 +1380,14 @@ fn device_from_sysfs(s: &SysDevice, cfg: &Config, why: &str) -> Device {
         pci_path: s.pci_path.as_ref().map(|p| p.display().to_string()),
         error: Some(why.to_string()),
         notes: s.notes.clone(),
-        ports: s.ports.iter().map(|p| port_from_sysfs(p, cfg)).collect(),
+        ports: s.ports.iter().map(|p| port_from_sysfs(&s.name, p, cfg)).collect(),
     }
 }
 
 /// A port of a device libibverbs does not list, judged from sysfs the way `discover` judges ports
 /// (ACTIVE, known link layer, a usable GID on Ethernet); the device's own error comes on top.
-fn port_from_sysfs(p: &SysPort, cfg: &Config) -> Port {
-    let gid = select_gid(&p.link_layer, &p.gids, &cfg.gid_policy()).map_err(|e| e.to_string());
+fn port_from_sysfs(dev: &str, p: &SysPort, cfg: &Config) -> Port {
+    let gid = select_gid(&p.link_layer, &p.gids, &cfg.gid_policy_for(dev, p.num)).map_err(|e| e.to_string());
     let usable = if !p.state.is_active()
         || matches!(p.link_layer, LinkLayer::Unknown(_))
         || (p.link_layer.is_ethernet() && gid.is_err())

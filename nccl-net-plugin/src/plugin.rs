@@ -136,7 +136,13 @@ fn build() -> std::result::Result<Plugin, Error> {
         let Some(ctx) = &d.ctx else { continue };
         for p in &d.ports {
             if let Err(why) = &p.usable {
-                info!(INIT, "{} port {}: not used: {why}", d.name, p.num);
+                // A GID the user asked for that does not work is a configuration error: say it
+                // loudly. Inactive or filtered ports are normal.
+                if p.gid.is_err() && p.link_layer.is_ethernet() && why.starts_with("no usable GID") {
+                    warn!(INIT, "{} port {}: not used: {why}", d.name, p.num);
+                } else {
+                    info!(INIT, "{} port {}: not used: {why}", d.name, p.num);
+                }
                 continue;
             }
             let pci_c = d

@@ -12,7 +12,9 @@ fn ok(r: ncclResult_t, what: &str) {
     assert_eq!(r, ncclResult_t::Success, "{what}");
 }
 
-fn rxe0() -> c_int {
+/// The device under test: `FERRO_TEST_DEV` (default rxe0).
+fn test_dev() -> c_int {
+    let want = std::env::var("FERRO_TEST_DEV").unwrap_or_else(|_| "rxe0".into());
     assert!(
         std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
         "needs the soft-RoCE guest (run the README's test command)"
@@ -25,12 +27,12 @@ fn rxe0() -> c_int {
         for d in 0..n {
             let mut p: ncclNetProperties_v8_t = std::mem::zeroed();
             ok(NET.getProperties.unwrap()(d, &mut p), "props");
-            if std::ffi::CStr::from_ptr(p.name).to_bytes() == b"rxe0" {
+            if std::ffi::CStr::from_ptr(p.name).to_bytes() == want.as_bytes() {
                 return d;
             }
         }
     }
-    panic!("rxe0 not among the plugin's devices");
+    panic!("{want} not among the plugin's devices");
 }
 
 struct Pair {
@@ -96,7 +98,12 @@ fn pattern(seed: u32, len: usize) -> Vec<u8> {
 
 #[test]
 fn loopback_sweep_groups_and_zero_bytes() {
-    let dev = rxe0();
+    transfer_sweep();
+}
+
+/// One process: init, then the sweep and a grouped receive on `FERRO_TEST_DEV`.
+fn transfer_sweep() {
+    let dev = test_dev();
     let p = pair(dev);
     let cap = 16 << 20;
     let sbuf = vec![0u8; cap];
@@ -236,4 +243,88 @@ fn loopback_sweep_groups_and_zero_bytes() {
         ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
         ok(NET.closeListen.unwrap()(p.listen), "closeListen");
     }
+}
+
+/// What a child process of [`settings_matrix`] does.
+fn child_devices() {
+    // SAFETY: calling the plugin's own table as NCCL would.
+    let (init, names) = unsafe {
+        let r = NET.init.unwrap()(None);
+        let mut n = 0;
+        ok(NET.devices.unwrap()(&mut n), "devices");
+        let mut names = Vec::new();
+        for d in 0..n {
+            let mut p: ncclNetProperties_v8_t = std::mem::zeroed();
+            ok(NET.getProperties.unwrap()(d, &mut p), "props");
+            names.push(std::ffi::CStr::from_ptr(p.name).to_string_lossy().into_owned());
+        }
+        (r, names)
+    };
+    println!("CHILD-RESULT init={} devices={}", init.0, names.join(","));
+}
+
+struct Case {
+    env: &'static [(&'static str, &'static str)],
+    /// "transfer": the sweep must pass; "devices": the device list (or init failure) is checked.
+    kind: &'static str,
+    /// Substrings the child's output (stdout + stderr) must contain.
+    expect: &'static [&'static str],
+}
+
+const MATRIX: &[Case] = &[
+    // QPs per connection x split mode, with the size sweep and a grouped receive.
+    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "1"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "1")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=1 NCCL_IB_SPLIT_DATA_ON_QPS=1"] },
+    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "2"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "0")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=2 NCCL_IB_SPLIT_DATA_ON_QPS=0"] },
+    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "2"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "1")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=2 NCCL_IB_SPLIT_DATA_ON_QPS=1"] },
+    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "4"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "0")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=0"] },
+    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "4"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "1")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=1"] },
+    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "8"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "0")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=8 NCCL_IB_SPLIT_DATA_ON_QPS=0"] },
+    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "8"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "1")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=8 NCCL_IB_SPLIT_DATA_ON_QPS=1"] },
+    // GID choice on rxe1 (IPv4 192.0.2.2 and IPv6 2001:db8::2 on dummy1), traffic over it.
+    Case { env: &[("FERRO_TEST_DEV", "rxe1")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 1 (::ffff:192.0.2.2)"] },
+    Case { env: &[("FERRO_TEST_DEV", "rxe1"), ("NCCL_IB_ADDR_FAMILY", "AF_INET6")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)"] },
+    Case { env: &[("FERRO_TEST_DEV", "rxe1"), ("NCCL_IB_GID_INDEX", "2")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)", "rxe0:1/RoCE via lo GID 2 (::1)"] },
+    // Per-device override: rxe1 uses index 2, rxe0 keeps the automatic IPv4 choice.
+    Case { env: &[("FERRO_TEST_DEV", "rxe1"), ("FERRO_GID_INDEX", "rxe1=2")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)", "rxe0:1/RoCE via lo GID 1 (::ffff:127.0.0.1)"] },
+    // HCA selection changes `devices`.
+    Case { env: &[("NCCL_IB_HCA", "rxe1")], kind: "devices", expect: &["CHILD-RESULT init=0 devices=rxe1\n"] },
+    Case { env: &[("NCCL_IB_HCA", "^rxe1")], kind: "devices", expect: &["CHILD-RESULT init=0 devices=rxe0\n", "excluded by NCCL_IB_HCA=^rxe1"] },
+    Case { env: &[("NCCL_IB_HCA", "=rxe0:1")], kind: "devices", expect: &["CHILD-RESULT init=0 devices=rxe0\n"] },
+    Case { env: &[("NCCL_IB_HCA", "=rxe")], kind: "devices", expect: &["CHILD-RESULT init=2 devices=\n", "no usable RDMA device"] },
+    // A non-existent explicit GID index: a clean init failure naming device, index and table.
+    Case { env: &[("NCCL_IB_GID_INDEX", "9")], kind: "devices", expect: &["CHILD-RESULT init=2 devices=\n", "rxe0 port 1: GID index 9 (explicit NCCL_IB_GID_INDEX=9)", "valid non-zero indexes: [0, 1, 2]"] },
+    // An invalid value warns and falls back to the default.
+    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "0")], kind: "devices", expect: &["CHILD-RESULT init=0 devices=rxe0,rxe1\n", "NCCL_IB_QPS_PER_CONNECTION=0 is outside 1..=128; using the default 1"] },
+];
+
+/// Every setting combination in its own process (the plugin reads its environment once).
+#[test]
+fn settings_matrix() {
+    match std::env::var("FERRO_MATRIX_CHILD").as_deref() {
+        Ok("transfer") => return transfer_sweep(),
+        Ok("devices") => return child_devices(),
+        _ => {}
+    }
+    assert!(std::path::Path::new("/sys/class/infiniband/rxe1").exists(), "needs the soft-RoCE guest");
+    let exe = std::env::current_exe().expect("own executable");
+    let mut failures = Vec::new();
+    for case in MATRIX {
+        let t = Instant::now();
+        let out = std::process::Command::new(&exe)
+            .args(["--exact", "settings_matrix", "--nocapture", "--test-threads=1"])
+            .env("FERRO_MATRIX_CHILD", case.kind)
+            .env("FERRO_LOG_STDERR", "1")
+            .envs(case.env.iter().copied())
+            .output()
+            .expect("spawn child");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let missing: Vec<&str> = case.expect.iter().copied().filter(|e| !text.contains(e)).collect();
+        let label = format!("{:?} ({})", case.env, case.kind);
+        if !out.status.success() || !missing.is_empty() {
+            failures.push(format!("{label}: status {:?}, missing {missing:?}\n{text}", out.status.code()));
+        } else {
+            println!("ok  {label} in {:.1} s", t.elapsed().as_secs_f64());
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), MATRIX.len(), failures.join("\n---\n"));
 }

@@ -29,6 +29,8 @@ pub struct GidPolicy {
     pub range: Option<(IpAddr, u8)>,
     /// Preferred RoCE version, 1 or 2 (default 2).
     pub roce_version: u8,
+    /// Where an explicit index came from, for messages (default `NCCL_IB_GID_INDEX=<index>`).
+    pub explicit_origin: Option<String>,
 }
 
 impl Default for GidPolicy {
@@ -38,6 +40,7 @@ impl Default for GidPolicy {
             family: AddrFamily::V4,
             range: None,
             roce_version: 2,
+            explicit_origin: None,
         }
     }
 }
@@ -225,7 +228,10 @@ pub fn select_gid(
     policy: &GidPolicy,
 ) -> Result<GidChoice, GidError> {
     if let Some(index) = policy.explicit_index {
-        let origin = format!("explicit NCCL_IB_GID_INDEX={index}");
+        let origin = match &policy.explicit_origin {
+            Some(o) => format!("explicit {o}"),
+            None => format!("explicit NCCL_IB_GID_INDEX={index}"),
+        };
         let gid = pick_index(table, index, &origin)?;
         let mut reason = format!("{origin}: {} {}", gid, gid.gid_type);
         if gid.is_link_local() && link_layer.is_ethernet() {
