@@ -2,6 +2,8 @@
 //! the plugin would pick, an OK verdict, exit status 0; and a clear NOT USABLE verdict (exit 1)
 //! for an explicit GID index that does not exist.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::Command;
 
 fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {

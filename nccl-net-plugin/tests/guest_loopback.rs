@@ -2,6 +2,8 @@
 //! comm in one process, a size sweep with byte-for-byte checks, grouped receives and zero-byte
 //! messages. The cross-process NCCL-like suite lives in the `ferro-tests` package.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use core::ffi::{c_int, c_void};
 use ferro_ffi::{ncclNetProperties_v8_t, ncclResult_t};
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;

@@ -217,9 +217,10 @@ macro_rules! required {
 
 macro_rules! optional {
     ($lib:ident, $name:literal, $ver:literal, $ty:ty) => {{
-        // SAFETY: as in `required!`: resolved at the version whose prototype `$ty` transcribes.
-        $lib.sym($name, $ver)
-            .map(|p| unsafe { core::mem::transmute::<*mut c_void, $ty>(p) })
+        $lib.sym($name, $ver).map(|p| {
+            // SAFETY: as in `required!`: resolved at the version whose prototype `$ty` transcribes.
+            unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
+        })
     }};
 }
 
@@ -270,6 +271,7 @@ pub fn load(lib: &str) -> Result<Verbs, LoadError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::err_expect)]
 mod tests {
     use super::*;
 
