@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Plugin vs perftest on soft-RoCE, in ONE guest boot. Runs INSIDE the test-bed guest:
+#
+#   testbed/run-in-guest.sh --timeout 1500 -- benches/compare.sh [options]
+#   (benches/run.sh does the provisioning, the release build and this call)
+#
+# For every round: perftest ib_write_bw and ib_send_bw (rxe0, GID index 1 = ::ffff:127.0.0.1,
+# server in the background, client to 127.0.0.1) for each bandwidth size; ferro-bench bw with
+# 1 QP per connection and with --cmp-qps QPs; perftest ib_write_lat and ferro-bench lat for each
+# latency size. Rounds alternate which tool goes first. Then `ferro-bench report` reduces runs
+# to medians and prints the side-by-side table and the summary.
+#
+# Results go to $FERRO_GUEST_OUT/bench/ (host: target/guest-out/bench/): perftest.csv,
+# ferro-*.csv/json, summary.txt, summary.json, compare.csv, bandwidth.svg, raw/ (every log).
+#
+# Options:
+#   --quick             CI smoke run: sizes 8 and 64K (lat: 8), 1 round, short runs,
+#                       no timing assertions (< 1 minute after boot)
+#   --rounds N          rounds (default 2)
+#   --bw-sizes "A B"    bandwidth sizes in bytes (default "8 64 4096 65536 1048576 4194304")
+#   --lat-sizes "A B"   latency sizes (default "8 64 4096 65536")
+#   --time S            ferro-bench seconds per size (default 1.0)
+#   --window N          ferro-bench window and perftest tx depth (-t) (default 32)
+#   --cmp-qps N         QPs per connection for the multi-QP run (default 4; 0 = skip)
+#   --cmp-split 0|1     NCCL_IB_SPLIT_DATA_ON_QPS of the multi-QP run (default 0)
+#   --dev NAME          device (default rxe0); --gid N: perftest GID index (default 1)
+# Environment: FERRO_BENCH (ferro-bench binary, default target/release/ferro-bench),
+# FERRO_PLUGIN_SO (plugin, default next to the binary).
+set -euo pipefail
+
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$SRC/.." && pwd)"
+cd "$REPO"
+
+log() { printf '[compare] %s\n' "$*" >&2; }
+die() { printf '[compare] error: %s\n' "$*" >&2; exit 1; }
+
+quick=0
+rounds=2
+bw_sizes="8 64 4096 65536 1048576 4194304"
+lat_sizes="8 64 4096 65536"
+ftime=1.0
+window=32
+cmp_qps=4
+cmp_split=0
+dev=rxe0
+gid=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) quick=1; shift ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --bw-sizes) bw_sizes="$2"; shift 2 ;;
+    --lat-sizes) lat_sizes="$2"; shift 2 ;;
+    --time) ftime="$2"; shift 2 ;;
+    --window) window="$2"; shift 2 ;;
+    --cmp-qps) cmp_qps="$2"; shift 2 ;;
+    --cmp-split) cmp_split="$2"; shift 2 ;;
+    --dev) dev="$2"; shift 2 ;;
+    --gid) gid="$2"; shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+if [[ "$quick" -eq 1 ]]; then
+  rounds=1
+  bw_sizes="8 65536"
+  lat_sizes="8"
+  ftime=0.3
+  cmp_sizes="65536"
+fi
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds needs a positive integer"
+
+BENCH="${FERRO_BENCH:-$REPO/target/release/ferro-bench}"
+[[ -x "$BENCH" ]] || die "$BENCH missing: build it on the host (cargo build --release -p nccl-net-plugin -p ferro-bench)"
+[[ -e "/sys/class/infiniband/$dev" ]] || die "no RDMA device $dev here: run this inside the test-bed guest (testbed/run-in-guest.sh)"
+for t in ib_write_bw ib_send_bw ib_write_lat ss timeout; do
+  command -v "$t" >/dev/null || die "$t not found (testbed/provision.sh installs perftest)"
+done
+ulimit -l unlimited 2>/dev/null || true
+
+OUT="${FERRO_GUEST_OUT:-/tmp/ferro-guest-out}/bench"
+rm -rf "$OUT"
+mkdir -p "$OUT/raw"
+PT_CSV="$OUT/perftest.csv"
+echo "tool,run,values" >"$PT_CSV"
+
+# Multi-QP run: only the sizes where several QPs can matter (>= 64 KiB), unless --quick.
+if [[ -z "${cmp_sizes:-}" ]]; then
+  cmp_sizes=""
+  for s in $bw_sizes; do [[ "$s" -ge 65536 ]] && cmp_sizes+="$s "; done
+  [[ -n "$cmp_sizes" ]] || cmp_sizes="$bw_sizes"
+fi
+csv_list() { tr -s ' ' ',' <<<"$(echo $1)"; }
+
+# perftest iterations for a size: about 32 MiB of data (~1 s at the ~35 MB/s of rxe under
+# TCG), at most 5000 (perftest's default) and at least 5; --quick: a tenth.
+pt_iters() { # size
+  local n=$((33554432 / ($1 > 0 ? $1 : 1)))
+  ((n > 5000)) && n=5000
+  ((quick == 1)) && n=$((n / 10))
+  ((n < 5)) && n=5
+  echo "$n"
+}
+# ib_write_lat iterations: fewer (every round trip can take milliseconds under TCG).
+lat_iters() { # size
+  local n=$((8388608 / ($1 > 0 ? $1 : 1)))
+  ((n > 1000)) && n=1000
+  ((quick == 1)) && n=$((n / 10))
+  ((n < 5)) && n=5
+  echo "$n"
+}
+
+port=18600
+# Wait until a TCP port listens (perftest servers exchange QP data over TCP).
+wait_listen() { # port pid timeout_s
+  local deadline=$((SECONDS + $3))
+  while ((SECONDS < deadline)); do
+    kill -0 "$2" 2>/dev/null || return 1
+    [[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# One perftest pair on $dev: server in the background, client to 127.0.0.1. Appends the
+# client's result line to perftest.csv as "tool,round,numbers...".
+perftest_pair() { # round tool args...
+  local round="$1" tool="$2"
+  shift 2
+  port=$((port + 1))
+  local tag="$tool-$(sed 's/ /_/g; s/-//g' <<<"$*")-r$round"
+  local srv_log="$OUT/raw/$tag.server.log" cli_log="$OUT/raw/$tag.client.log"
+  local t0=$SECONDS
+  timeout 180 "$tool" -d "$dev" -x "$gid" -F "$@" -p "$port" >"$srv_log" 2>&1 &
+  local srv=$!
+  if ! wait_listen "$port" "$srv" 60; then
+    log "$tool server did not start listening on port $port; its output:"
+    sed 's/^/    /' "$srv_log" >&2
+    kill "$srv" 2>/dev/null || true
+    wait "$srv" 2>/dev/null || true
+    return 1
+  fi
+  local crc=0 src=0
+  timeout 180 "$tool" -d "$dev" -x "$gid" -F "$@" -p "$port" 127.0.0.1 >"$cli_log" 2>&1 || crc=$?
+  wait "$srv" || src=$?
+  if [[ "$crc" -ne 0 || "$src" -ne 0 ]]; then
+    log "$tool $* failed (client status $crc, server status $src); client output:"
+    sed 's/^/    /' "$cli_log" >&2
+    return 1
+  fi
+  # The result line: "#bytes #iterations figures..." with numbers only.
+  local line
+  line="$(awk '/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+/ { line = $0 } END { if (line == "") exit 1; print line }' "$cli_log")" || {
+    log "$tool $*: no result line in the client output:"
+    sed 's/^/    /' "$cli_log" >&2
+    return 1
+  }
+  local fields
+  fields="$(awk '{ $1 = $1; gsub(/ /, ","); print }' <<<"$line")"
+  echo "$tool,$round,$fields" >>"$PT_CSV"
+  log "  $tool $*: $(awk '{ $1 = $1; print }' <<<"$line")   ($((SECONDS - t0)) s)"
+}
+
+perftest_bw() { # round
+  local s
+  for tool in ib_write_bw ib_send_bw; do
+    log "round $1: $tool, sizes $bw_sizes (tx depth $window)"
+    for s in $bw_sizes; do
+      perftest_pair "$1" "$tool" -s "$s" -n "$(pt_iters "$s")" -t "$window" || failures=$((failures + 1))
+    done
+  done
+}
+
+perftest_lat() { # round
+  local s
+  log "round $1: ib_write_lat, sizes $lat_sizes"
+  for s in $lat_sizes; do
+    perftest_pair "$1" ib_write_lat -s "$s" -n "$(lat_iters "$s")" || failures=$((failures + 1))
+  done
+}
+
+# ferro-bench between two processes; the table goes to raw/NAME.txt and stderr.
+ferro() { # name args...
+  local name="$1"
+  shift
+  local t0=$SECONDS rc=0
+  log "ferro-bench $*"
+  "$BENCH" "$@" --dev "$dev" --csv "$OUT/$name.csv" --json "$OUT/$name.json" -q \
+    >"$OUT/raw/$name.txt" 2>"$OUT/raw/$name.err" || rc=$?
+  if [[ "$rc" -ne 0 ]]; then
+    log "ferro-bench $* failed (status $rc):"
+    sed 's/^/    /' "$OUT/raw/$name.err" >&2
+    rm -f "$OUT/$name.csv"
+    failures=$((failures + 1))
+    return 0
+  fi
+  sed 's/^/    /' "$OUT/raw/$name.txt" >&2
+  log "  ($((SECONDS - t0)) s)"
+}
+
+ferro_bw() { # round
+  ferro "ferro-bw-q1-r$1" bw --sizes "$(csv_list "$bw_sizes")" --window "$window" \
+    --time "$ftime" --qps 1 --split 0 --label "round $1"
+  if [[ "$cmp_qps" -gt 0 ]]; then
+    ferro "ferro-bw-q$cmp_qps-s$cmp_split-r$1" bw --sizes "$(csv_list "$cmp_sizes")" \
+      --window "$window" --time "$ftime" --qps "$cmp_qps" --split "$cmp_split" --label "round $1"
+  fi
+}
+
+ferro_lat() { # round
+  ferro "ferro-lat-r$1" lat --sizes "$(csv_list "$lat_sizes")" --time "$ftime" --qps 1 \
+    --split 0 --label "round $1"
+}
+
+failures=0
+start=$SECONDS
+log "plugin vs perftest on $dev: $rounds round(s); bw sizes: $bw_sizes; lat sizes: $lat_sizes"
+log "results: $OUT"
+for ((r = 1; r <= rounds; r++)); do
+  if ((r % 2 == 1)); then
+    perftest_bw "$r"
+    ferro_bw "$r"
+    perftest_lat "$r"
+    ferro_lat "$r"
+  else
+    ferro_bw "$r"
+    perftest_bw "$r"
+    ferro_lat "$r"
+    perftest_lat "$r"
+  fi
+  log "round $r done after $((SECONDS - start)) s"
+done
+
+log "report"
+rc=0
+"$BENCH" report --dir "$OUT" | tee "$OUT/raw/report.txt" >&2 || rc=$?
+{
+  echo
+  echo "($rounds round(s) in one boot, $((SECONDS - start)) s; $failures failed run(s); perftest MiB/s converted to GB/s;"
+  echo " perftest -t $window (tx depth = ferro-bench window); ferro-bench ~${ftime} s per size)"
+} >>"$OUT/summary.txt"
+if [[ "$rc" -ne 0 ]]; then
+  log "report failed (status $rc)"
+  exit "$rc"
+fi
+if [[ "$failures" -gt 0 ]]; then
+  log "$failures run(s) failed"
+  exit 1
+fi
+log "done in $((SECONDS - start)) s; results in $OUT"

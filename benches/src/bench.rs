@@ -1,0 +1,654 @@
+//! The measurements. The server (receiver of `bw`, initiator of `lat`) decides everything and
+//! drives the client with control messages; results are measured and reported on the server.
+//!
+//! - `bw`/`rate`: the client sends `size`-byte messages, the server keeps up to `window` receives
+//!   posted. Time runs from the first to the last receive completion (so `count` is the number
+//!   of messages after the first). The server keeps posting while the size's time target
+//!   allows, predicting the finish from the rate seen so far (or the previous size's rate), so
+//!   each size takes about `--time` seconds whatever the speed; `--iters` caps the count.
+//! - `lat`: ping-pong. The server times `isend(ping)` → echo received; one-way latency is half
+//!   of that round trip. A warm-up batch calibrates how many round trips fit the time target.
+
+use crate::error::{Error, Result};
+use crate::net::Req;
+use crate::report::{LatStats, Row, fmt_size};
+use crate::session::{Cmd, Session, TAG_DATA, wait_for};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// What the server measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Bw,
+    Lat,
+    Rate,
+}
+
+impl Mode {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Mode::Bw => "bw",
+            Mode::Lat => "lat",
+            Mode::Rate => "rate",
+        }
+    }
+}
+
+/// The server's plan.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) mode: Mode,
+    pub(crate) sizes: Vec<u64>,
+    pub(crate) window: usize,
+    /// Cap on measured messages (bw) or round trips (lat) per size.
+    pub(crate) max_iters: Option<u64>,
+    /// Time target per size.
+    pub(crate) target: Duration,
+    /// Warm-up round trips per size (lat).
+    pub(crate) warmup: u64,
+}
+
+/// Largest bw buffer (more window slots than fit are reused round-robin, as perftest reuses
+/// its buffer): registration is slow under emulation, and the content does not matter.
+pub(crate) const BUF_CAP: u64 = 16 << 20;
+
+impl Plan {
+    fn max_size(&self) -> u64 {
+        self.sizes.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The data moving direction (client → server) of bw: `window` slots of small sizes,
+    /// at least one slot of the largest.
+    fn bw_bytes(&self) -> u64 {
+        let max = self.max_size();
+        (max.saturating_mul(self.window as u64))
+            .min(BUF_CAP)
+            .max(max)
+            .max(4096)
+    }
+
+    /// (client send, client receive) buffer bytes.
+    fn buffers(&self) -> (u64, u64) {
+        match self.mode {
+            Mode::Bw | Mode::Rate => (self.bw_bytes(), 4096),
+            Mode::Lat => {
+                let b = self.max_size().max(4096);
+                (b, b)
+            }
+        }
+    }
+
+    fn slots(&self, size: u64) -> u64 {
+        if size == 0 {
+            return self.window as u64;
+        }
+        (self.bw_bytes() / size).clamp(1, self.window as u64)
+    }
+}
+
+fn progress(s: &str) {
+    crate::progress(s);
+}
+
+// ----------------------------------------------------------------------------------- server
+
+/// Runs the plan on the server and returns one row per size.
+pub(crate) fn server(s: &mut Session<'_>, plan: &Plan) -> Result<Vec<Row>> {
+    let (client_send, client_recv) = plan.buffers();
+    s.send_cmd(Cmd::Hello {
+        client_send,
+        client_recv,
+    })?;
+    s.alloc_data(client_recv, client_send)?;
+    let mut rows = Vec::new();
+    let mut prior_rate: Option<f64> = None; // bytes/s of the previous size (bw)
+    let mut prior_rtt: Option<(u64, f64)> = None; // (size, median round trip s) (lat)
+    for (k, &size) in plan.sizes.iter().enumerate() {
+        let label = format!(
+            "{} {}/{} {}",
+            plan.mode.name(),
+            k + 1,
+            plan.sizes.len(),
+            fmt_size(size)
+        );
+        let row = match plan.mode {
+            Mode::Bw | Mode::Rate => {
+                let r = server_bw(s, plan, size, prior_rate).map_err(|e| e.context(&label))?;
+                if r.elapsed_s > 0.0 && r.count > 0 {
+                    prior_rate = Some((r.count * size.max(1)) as f64 / r.elapsed_s);
+                }
+                progress(&format!(
+                    "{label}: {} msgs in {:.2} s: {:.4} GB/s, {:.0} msg/s",
+                    r.count, r.elapsed_s, r.algbw_gbs, r.msg_rate
+                ));
+                r
+            }
+            Mode::Lat => {
+                let r = server_lat(s, plan, size, prior_rtt).map_err(|e| e.context(&label))?;
+                if let Some(l) = &r.lat {
+                    prior_rtt = Some((size, 2.0 * l.median_us * 1e-6));
+                    progress(&format!(
+                        "{label}: {} round trips in {:.2} s: one-way median {:.2} us, p99 {:.2} us (mean round trip {:.1} us: ping isend {:.1} us, ping send completion after {:.1} us)",
+                        r.count,
+                        r.elapsed_s,
+                        l.median_us,
+                        l.p99_us,
+                        2.0 * l.avg_us,
+                        l.isend_us,
+                        l.send_done_us
+                    ));
+                }
+                r
+            }
+        };
+        rows.push(row);
+    }
+    s.send_cmd(Cmd::Done)?;
+    Ok(rows)
+}
+
+/// One bandwidth/rate measurement.
+fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64>) -> Result<Row> {
+    let window = plan.window.max(1);
+    let slots = plan.slots(size);
+    s.send_cmd(Cmd::Bw {
+        size,
+        window: window as u64,
+        slots,
+    })?;
+    let net = s.net;
+    let recv = s.recv;
+    let rb = s
+        .data_recv
+        .as_ref()
+        .ok_or_else(|| Error::new("no data buffer"))?;
+    let usize_of = |v: u64| usize::try_from(v).map_err(|_| Error::new("size overflow"));
+    let size_us = usize_of(size)?;
+    // Posted-but-untested receives, in order (the plugin completes them in order per QP; we
+    // test the oldest, as NCCL's proxy does).
+    let mut ring: VecDeque<Req> = VecDeque::with_capacity(window);
+    let max_total = plan.max_iters.map_or(u64::MAX, |m| m.saturating_add(1));
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut t_first: Option<Instant> = None;
+    let mut t_last: Option<Instant> = None;
+    let target = plan.target.as_secs_f64();
+    let mut last_progress = Instant::now();
+    let mut next_check = Instant::now();
+    loop {
+        // Post while the window and the time target allow.
+        while ring.len() < window && posted < max_total {
+            let outstanding = posted - done;
+            let rate = match (t_first, t_last) {
+                (Some(a), Some(b)) if done >= 2 && b > a => {
+                    Some(((done - 1) * size.max(1)) as f64 / (b - a).as_secs_f64())
+                }
+                _ => prior_rate,
+            };
+            let elapsed = t_first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            let allow = posted < 2
+                || match rate {
+                    Some(r) if r > 0.0 => {
+                        elapsed + ((outstanding + 1) * size.max(1)) as f64 / r <= target
+                    }
+                    _ => outstanding == 0 || (outstanding + 1) * size <= 4 << 20,
+                };
+            if !allow {
+                break;
+            }
+            let off = usize_of((posted % slots) * size)?;
+            // SAFETY: slot `posted % slots` lies inside the registered receive buffer
+            // (slots * size <= the buffer size). When fewer than `window` slots fit, one slot can be
+            // the target of several outstanding receives; they all carry the same benchmark
+            // data and nothing reads the buffer, as in perftest.
+            match unsafe { net.irecv(recv, rb.buf.at(off)?, size_us, TAG_DATA, rb.mr) }? {
+                Some(r) => {
+                    ring.push_back(r);
+                    posted += 1;
+                }
+                None => break,
+            }
+        }
+        let Some(&front) = ring.front() else { break };
+        match net.test(front)? {
+            Some(n) => {
+                let now = Instant::now();
+                if n != size_us {
+                    return Err(Error::new(format!(
+                        "received {n} bytes, expected {size_us}"
+                    )));
+                }
+                ring.pop_front();
+                done += 1;
+                if t_first.is_none() {
+                    t_first = Some(now);
+                } else {
+                    t_last = Some(now);
+                }
+                last_progress = now;
+            }
+            None => {
+                let now = Instant::now();
+                if now >= next_check {
+                    next_check = now + Duration::from_millis(100);
+                    if let Some(p) = s.peer.as_mut() {
+                        p()?;
+                    }
+                    if now.duration_since(last_progress) > s.wait.timeout {
+                        return Err(Error::new(format!(
+                            "no receive completed for {:.0} s ({done} of {posted} done; --timeout)",
+                            s.wait.timeout.as_secs_f64()
+                        )));
+                    }
+                }
+                if s.wait.yield_cpu {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+    s.send_cmd(Cmd::Stop { count: posted })?;
+    let (count, elapsed_s) = match (t_first, t_last) {
+        (Some(a), Some(b)) => (done - 1, (b - a).as_secs_f64()),
+        _ => (0, 0.0),
+    };
+    Ok(Row::bw(plan.mode, size, count, elapsed_s, window, slots))
+}
+
+/// One latency measurement: a warm-up batch, then the measured batch.
+fn server_lat(
+    s: &mut Session<'_>,
+    plan: &Plan,
+    size: u64,
+    prior_rtt: Option<(u64, f64)>,
+) -> Result<Row> {
+    let target = plan.target.as_secs_f64();
+    // Warm-up count: at most --warmup, and no more than ~20 % of the target by the estimate.
+    let est = prior_rtt.map(|(psize, rtt)| rtt * (size as f64 / psize.max(1) as f64).max(1.0));
+    let warm = match est {
+        Some(e) if e > 0.0 => ((0.2 * target / e) as u64).clamp(1, plan.warmup.max(1)),
+        _ => plan.warmup.max(1),
+    };
+    let w = lat_batch(s, size, warm)?;
+    // Measured batches until the time target is reached: each batch is sized by the mean round
+    // trip seen so far (tails included), so a slow tail cannot stretch the run much.
+    let mut b = Batch::default();
+    let start = Instant::now();
+    let cap = plan.max_iters.unwrap_or(u64::MAX).max(1);
+    loop {
+        let done = b.rtt.len() as u64;
+        let elapsed = start.elapsed().as_secs_f64();
+        if done >= cap || (done >= MIN_LAT_SAMPLES && elapsed >= 0.95 * target) {
+            break;
+        }
+        let seen = if done > 0 { &b.rtt } else { &w.rtt };
+        let mean = (seen.iter().sum::<f64>() / seen.len().max(1) as f64).max(1e-7);
+        let n = (((target - elapsed).max(0.0) / mean) as u64)
+            .max(MIN_LAT_SAMPLES.saturating_sub(done))
+            .max(1)
+            .min(cap - done);
+        let more = lat_batch(s, size, n)?;
+        b.rtt.extend(more.rtt);
+        b.isend_s += more.isend_s;
+        b.send_done_s += more.send_done_s;
+    }
+    let elapsed_s: f64 = b.rtt.iter().sum();
+    let one_way_us: Vec<f64> = b.rtt.iter().map(|r| r * 0.5e6).collect();
+    let mut lat = LatStats::from_samples(&one_way_us);
+    let k = b.rtt.len().max(1) as f64;
+    lat.isend_us = b.isend_s * 1e6 / k;
+    lat.send_done_us = b.send_done_s * 1e6 / k;
+    Ok(Row::lat(size, b.rtt.len() as u64, elapsed_s, lat))
+}
+
+/// Fewest measured round trips per size.
+const MIN_LAT_SAMPLES: u64 = 5;
+
+#[derive(Debug, Default)]
+struct Batch {
+    /// Round trip of each iteration, seconds.
+    rtt: Vec<f64>,
+    /// Total time inside the successful isend call (and its "not yet" retries).
+    isend_s: f64,
+    /// Total time from the start of an iteration to the ping's send completion.
+    send_done_s: f64,
+}
+
+fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
+    s.send_cmd(Cmd::Lat { size, count })?;
+    let net = s.net;
+    let (send, recv) = (s.send, s.recv);
+    let sb = s
+        .data_send
+        .as_ref()
+        .ok_or_else(|| Error::new("no data buffer"))?;
+    let rb = s
+        .data_recv
+        .as_ref()
+        .ok_or_else(|| Error::new("no data buffer"))?;
+    let len = usize::try_from(size).map_err(|_| Error::new("size overflow"))?;
+    let wait = s.wait;
+    let peer = &mut s.peer;
+    let post_echo = |peer: &mut Option<crate::session::PeerCheck>| {
+        wait_for(&wait, peer, &|| "posting the echo receive".into(), || {
+            // SAFETY: the start of the registered receive buffer, one receive at a time.
+            unsafe { net.irecv(recv, rb.buf.at(0)?, len, TAG_DATA, rb.mr) }
+        })
+    };
+    let mut out = Batch {
+        rtt: Vec::with_capacity(usize::try_from(count).unwrap_or(0)),
+        ..Batch::default()
+    };
+    let mut echo = post_echo(peer)?;
+    for i in 0..count {
+        let t0 = Instant::now();
+        let ping = wait_for(&wait, peer, &|| format!("sending ping {i}"), || {
+            // SAFETY: the start of the registered send buffer; one send at a time, waited for
+            // below before the next.
+            unsafe { net.isend(send, sb.buf.at(0)?, len, TAG_DATA, sb.mr) }
+        })?;
+        let t_posted = Instant::now();
+        let (mut ping_done, mut echo_done): (Option<Instant>, Option<Instant>) = (None, None);
+        wait_for(&wait, peer, &|| format!("round trip {i}"), || {
+            if ping_done.is_none() && net.test(ping)?.is_some() {
+                ping_done = Some(Instant::now());
+            }
+            if echo_done.is_none() {
+                if let Some(n) = net.test(echo)? {
+                    if n != len {
+                        return Err(Error::new(format!("echo of {n} bytes, expected {len}")));
+                    }
+                    echo_done = Some(Instant::now());
+                }
+            }
+            Ok(ping_done.zip(echo_done))
+        })?;
+        if let (Some(pd), Some(ed)) = (ping_done, echo_done) {
+            out.rtt.push((ed - t0).as_secs_f64());
+            out.isend_s += (t_posted - t0).as_secs_f64();
+            out.send_done_s += (pd - t0).as_secs_f64();
+        }
+        if i + 1 < count {
+            echo = post_echo(peer)?;
+        }
+    }
+    Ok(out)
+}
+
+// ----------------------------------------------------------------------------------- client
+
+/// Sender-side counters of one bw phase (printed with `-v`: where the sender waits).
+#[derive(Debug, Default)]
+struct SendStats {
+    /// isend calls answered "not yet" (no receive posted by the server).
+    not_yet: u64,
+    /// Loop passes with a full window (waiting for completions).
+    window_full: u64,
+    passes: u64,
+}
+
+/// Follows the server's commands until `Done`.
+pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
+    let mut ctrl = s.post_cmd_recv()?;
+    loop {
+        let cmd = s.wait_cmd(ctrl)?;
+        match cmd {
+            Cmd::Hello {
+                client_send,
+                client_recv,
+            } => {
+                ctrl = s.post_cmd_recv()?;
+                s.alloc_data(client_send, client_recv)?;
+            }
+            Cmd::Bw {
+                size,
+                window,
+                slots,
+            } => {
+                ctrl = s.post_cmd_recv()?;
+                let st = client_bw(s, size, window, slots, ctrl)?;
+                if verbose {
+                    progress(&format!(
+                        "client: bw {}: {} isend 'not yet' answers, {} of {} passes with a full window",
+                        fmt_size(size),
+                        st.not_yet,
+                        st.window_full,
+                        st.passes
+                    ));
+                }
+                ctrl = s.post_cmd_recv()?;
+            }
+            Cmd::Lat { size, count } => {
+                ctrl = client_lat(s, size, count, verbose)?;
+            }
+            Cmd::Stop { .. } => return Err(Error::new("unexpected Stop outside a bw phase")),
+            Cmd::Done => return Ok(()),
+        }
+    }
+}
+
+fn client_bw(
+    s: &mut Session<'_>,
+    size: u64,
+    window: u64,
+    slots: u64,
+    ctrl: Req,
+) -> Result<SendStats> {
+    let net = s.net;
+    let send = s.send;
+    let sb = s
+        .data_send
+        .as_ref()
+        .ok_or_else(|| Error::new("no data buffer"))?;
+    let window = usize::try_from(window.clamp(1, 1024)).unwrap_or(1);
+    let slots = slots.max(1);
+    if slots.saturating_mul(size) > sb.buf.len() as u64 {
+        return Err(Error::new(format!(
+            "{slots} slots of {size} bytes exceed the {}-byte buffer",
+            sb.buf.len()
+        )));
+    }
+    let len = usize::try_from(size).map_err(|_| Error::new("size overflow"))?;
+    let mut ring: VecDeque<Req> = VecDeque::with_capacity(window);
+    let mut sent = 0u64;
+    let mut stop: Option<u64> = None;
+    let mut st = SendStats::default();
+    let mut last_progress = Instant::now();
+    let mut next_check = Instant::now();
+    loop {
+        st.passes += 1;
+        let mut progressed = false;
+        if ring.len() >= window {
+            st.window_full += 1;
+        }
+        // The window counts from the oldest send not yet tested done, so a send never runs
+        // more than `window` sequence numbers ahead of one still in flight.
+        while ring.len() < window && stop.is_none_or(|c| sent < c) {
+            let off = usize::try_from((sent % slots) * size).map_err(|_| Error::new("overflow"))?;
+            // SAFETY: the slot lies inside the registered send buffer (checked above); its
+            // contents are never changed while sends are in flight.
+            match unsafe { net.isend(send, sb.buf.at(off)?, len, TAG_DATA, sb.mr) }? {
+                Some(r) => {
+                    ring.push_back(r);
+                    sent += 1;
+                    progressed = true;
+                }
+                None => {
+                    st.not_yet += 1;
+                    break;
+                }
+            }
+        }
+        while let Some(&front) = ring.front() {
+            if net.test(front)?.is_none() {
+                break;
+            }
+            ring.pop_front();
+            progressed = true;
+        }
+        if stop.is_none() {
+            if let Some(n) = net.test(ctrl)? {
+                match s.read_cmd(n)? {
+                    Cmd::Stop { count } => {
+                        if count != sent {
+                            return Err(Error::new(format!(
+                                "the server consumed {count} messages, this side sent {sent}"
+                            )));
+                        }
+                        stop = Some(count);
+                    }
+                    other => {
+                        return Err(Error::new(format!(
+                            "expected Stop during a bw phase, got {other:?}"
+                        )));
+                    }
+                }
+                progressed = true;
+            }
+        }
+        if stop.is_some() && ring.is_empty() {
+            return Ok(st);
+        }
+        let now = Instant::now();
+        if progressed {
+            last_progress = now;
+        } else {
+            if now >= next_check {
+                next_check = now + Duration::from_millis(100);
+                if now.duration_since(last_progress) > s.wait.timeout {
+                    return Err(Error::new(format!(
+                        "bw {}: no progress for {:.0} s ({sent} sent, {} in flight; --timeout)",
+                        fmt_size(size),
+                        s.wait.timeout.as_secs_f64(),
+                        ring.len()
+                    )));
+                }
+            }
+            if s.wait.yield_cpu {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Echoes `count` pings; returns the posted receive of the next command.
+fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Result<Req> {
+    let net = s.net;
+    let (send, recv) = (s.send, s.recv);
+    let len = usize::try_from(size).map_err(|_| Error::new("size overflow"))?;
+    let wait = s.wait;
+    let post_ping = |s: &mut Session<'_>| -> Result<Req> {
+        let rb = s
+            .data_recv
+            .as_ref()
+            .ok_or_else(|| Error::new("no data buffer"))?;
+        wait_for(
+            &wait,
+            &mut s.peer,
+            &|| "posting a ping receive".into(),
+            || {
+                // SAFETY: the start of the registered receive buffer, one receive at a time.
+                unsafe { net.irecv(recv, rb.buf.at(0)?, len, TAG_DATA, rb.mr) }
+            },
+        )
+    };
+    if count == 0 {
+        return s.post_cmd_recv();
+    }
+    let mut ping = post_ping(s)?;
+    let mut next_ctrl = None;
+    let mut ph = Phases::new([
+        "wait for ping",
+        "post next irecv",
+        "isend echo",
+        "echo completion",
+    ]);
+    for i in 0..count {
+        let t0 = Instant::now();
+        let n = wait_for(
+            &wait,
+            &mut s.peer,
+            &|| format!("waiting for ping {i}"),
+            || net.test(ping),
+        )?;
+        if n != len {
+            return Err(Error::new(format!("ping of {n} bytes, expected {len}")));
+        }
+        let t1 = Instant::now();
+        // Post the next receive before echoing, so its clear-to-send is on its way first.
+        if i + 1 < count {
+            ping = post_ping(s)?;
+        } else {
+            next_ctrl = Some(s.post_cmd_recv()?);
+        }
+        let t2 = Instant::now();
+        let sb = s
+            .data_send
+            .as_ref()
+            .ok_or_else(|| Error::new("no data buffer"))?;
+        let echo = wait_for(&wait, &mut s.peer, &|| format!("sending echo {i}"), || {
+            // SAFETY: the start of the registered send buffer; one send at a time, waited for
+            // below.
+            unsafe { net.isend(send, sb.buf.at(0)?, len, TAG_DATA, sb.mr) }
+        })?;
+        let t3 = Instant::now();
+        wait_for(
+            &wait,
+            &mut s.peer,
+            &|| format!("completing echo {i}"),
+            || net.test(echo),
+        )?;
+        ph.add([t1 - t0, t2 - t1, t3 - t2, t3.elapsed()]);
+    }
+    if verbose {
+        progress(&format!(
+            "client: lat {} x{count}: {}",
+            fmt_size(size),
+            ph.summary()
+        ));
+    }
+    next_ctrl.ok_or_else(|| Error::new("internal: no next command receive"))
+}
+
+/// Per-phase time accumulators (mean and max), for `-v` diagnostics.
+#[derive(Debug)]
+struct Phases<const N: usize> {
+    names: [&'static str; N],
+    sum: [Duration; N],
+    max: [Duration; N],
+    n: u32,
+}
+
+impl<const N: usize> Phases<N> {
+    fn new(names: [&'static str; N]) -> Self {
+        Phases {
+            names,
+            sum: [Duration::ZERO; N],
+            max: [Duration::ZERO; N],
+            n: 0,
+        }
+    }
+
+    fn add(&mut self, d: [Duration; N]) {
+        for (k, v) in d.into_iter().enumerate() {
+            self.sum[k] += v;
+            self.max[k] = self.max[k].max(v);
+        }
+        self.n += 1;
+    }
+
+    fn summary(&self) -> String {
+        let n = self.n.max(1);
+        self.names
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                format!(
+                    "{name} mean {:.1} us (max {:.1})",
+                    (self.sum[k] / n).as_secs_f64() * 1e6,
+                    self.max[k].as_secs_f64() * 1e6
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

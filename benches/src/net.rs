@@ -1,0 +1,390 @@
+//! Loading the plugin the way NCCL does (`dlopen(RTLD_NOW | RTLD_LOCAL)`, `dlsym("ncclNetPlugin_v8")`)
+//! and calling it only through the `ncclNet_v8_t` table.
+//!
+//! Comms, memory handles and requests are opaque pointers owned by the plugin; they are carried
+//! here in small `Copy` newtypes. Every table call checks the `ncclResult_t` and turns a failure
+//! into an error message naming the call.
+
+use crate::error::{Error, Result};
+use core::ffi::{CStr, c_char, c_int, c_void};
+use ferro_ffi::{
+    NCCL_NET_HANDLE_MAXSIZE, NCCL_NET_PLUGIN_V8_SYMBOL, NCCL_PTR_HOST, ncclNet_v8_t,
+    ncclNetProperties_v8_t, ncclResult_t,
+};
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::ptr::null_mut;
+
+/// A listen handle as NCCL carries it between ranks.
+pub(crate) type Handle = [u8; NCCL_NET_HANDLE_MAXSIZE];
+
+/// A send or receive comm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Comm(*mut c_void);
+
+/// A listen comm.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ListenComm(*mut c_void);
+
+/// A memory registration (`mhandle`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mr(*mut c_void);
+
+/// An outstanding request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Req(*mut c_void);
+
+/// What `getProperties` says about a device (the fields the benchmark reports).
+#[derive(Debug, Clone)]
+pub(crate) struct DevProps {
+    pub(crate) index: c_int,
+    pub(crate) name: String,
+    pub(crate) speed_mbps: c_int,
+    pub(crate) ptr_support: c_int,
+    pub(crate) max_recvs: c_int,
+}
+
+/// The loaded plugin: the library handle (never closed: the table's code lives in it) and a copy
+/// of its function table.
+#[derive(Debug)]
+pub(crate) struct Net {
+    table: ncclNet_v8_t,
+    pub(crate) path: PathBuf,
+    pub(crate) name: String,
+}
+
+fn check(r: ncclResult_t, what: &str) -> Result<()> {
+    if r == ncclResult_t::Success {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "plugin call {what} failed with {r:?} (see the plugin's WARN lines above)"
+        )))
+    }
+}
+
+/// The text of `dlerror()`, or a placeholder.
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl* call on
+    // this thread; it is copied at once.
+    unsafe {
+        let p = libc::dlerror();
+        if p.is_null() {
+            "unknown dlerror".into()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    }
+}
+
+macro_rules! fnptr {
+    ($self:ident, $f:ident) => {
+        $self.table.$f.ok_or_else(|| {
+            Error::new(format!(
+                "the plugin's table has no {} function",
+                stringify!($f)
+            ))
+        })?
+    };
+}
+
+impl Net {
+    /// `dlopen(path, RTLD_NOW | RTLD_LOCAL)` and `dlsym("ncclNetPlugin_v8")`, as NCCL does.
+    pub(crate) fn load(path: &Path) -> Result<Net> {
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::new(format!("plugin path {} contains a NUL", path.display())))?;
+        // SAFETY: cpath is a valid NUL-terminated string; loading runs the library's
+        // initialisers, which is what loading a plugin means.
+        let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if lib.is_null() {
+            return Err(Error::new(format!(
+                "dlopen({}) failed: {}",
+                path.display(),
+                dl_error()
+            )));
+        }
+        let sym = CString::new(NCCL_NET_PLUGIN_V8_SYMBOL)
+            .map_err(|_| Error::new("symbol name contains a NUL"))?;
+        // SAFETY: lib is a live handle from dlopen, sym a valid C string.
+        let p = unsafe { libc::dlsym(lib, sym.as_ptr()) };
+        if p.is_null() {
+            return Err(Error::new(format!(
+                "{} has no symbol {NCCL_NET_PLUGIN_V8_SYMBOL}: {}",
+                path.display(),
+                dl_error()
+            )));
+        }
+        // SAFETY: the symbol is the plugin's exported `ncclNet_v8_t` (152 bytes, pointer-aligned,
+        // layout pinned in ferro-ffi); the library stays loaded for the life of the process, so
+        // copying the table (name pointer and function pointers) keeps them valid.
+        let table = unsafe { p.cast::<ncclNet_v8_t>().read() };
+        let name = if table.name.is_null() {
+            "(unnamed)".to_string()
+        } else {
+            // SAFETY: a non-NULL name is a static NUL-terminated string inside the library.
+            unsafe { CStr::from_ptr(table.name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Ok(Net {
+            table,
+            path: path.to_path_buf(),
+            name,
+        })
+    }
+
+    /// `init(NULL)`: no logger (Rust cannot define a C variadic function); the plugin then
+    /// writes its warnings to stderr.
+    pub(crate) fn init(&self) -> Result<()> {
+        let f = fnptr!(self, init);
+        // SAFETY: a NULL logger is allowed by the plugin contract.
+        check(unsafe { f(None) }, "init")
+    }
+
+    fn device_count(&self) -> Result<c_int> {
+        let f = fnptr!(self, devices);
+        let mut n: c_int = 0;
+        // SAFETY: n is a valid out-pointer.
+        check(unsafe { f(&mut n) }, "devices")?;
+        Ok(n)
+    }
+
+    fn properties(&self, dev: c_int) -> Result<DevProps> {
+        let f = fnptr!(self, getProperties);
+        // SAFETY: all-zero is a valid value of this plain C struct (NULL pointers, zero numbers).
+        let mut p: ncclNetProperties_v8_t = unsafe { std::mem::zeroed() };
+        // SAFETY: p is a valid out-pointer of the right type.
+        check(unsafe { f(dev, &mut p) }, "getProperties")?;
+        let name = cstr_or(p.name, "?");
+        Ok(DevProps {
+            index: dev,
+            name,
+            speed_mbps: p.speed,
+            ptr_support: p.ptrSupport,
+            max_recvs: p.maxRecvs,
+        })
+    }
+
+    /// All devices the plugin offers.
+    pub(crate) fn devices(&self) -> Result<Vec<DevProps>> {
+        (0..self.device_count()?)
+            .map(|d| self.properties(d))
+            .collect()
+    }
+
+    /// The device called `name`.
+    pub(crate) fn find_device(&self, name: &str) -> Result<DevProps> {
+        let devs = self.devices()?;
+        if let Some(d) = devs.iter().find(|d| d.name == name) {
+            if d.ptr_support & NCCL_PTR_HOST == 0 {
+                return Err(Error::new(format!(
+                    "device {name} does not support host memory"
+                )));
+            }
+            return Ok(d.clone());
+        }
+        let names: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
+        Err(Error::new(format!(
+            "device {name} is not among the plugin's devices ({})",
+            if names.is_empty() {
+                "it found none".to_string()
+            } else {
+                names.join(", ")
+            }
+        )))
+    }
+
+    pub(crate) fn listen(&self, dev: c_int) -> Result<(Handle, ListenComm)> {
+        let f = fnptr!(self, listen);
+        let mut h: Handle = [0; NCCL_NET_HANDLE_MAXSIZE];
+        let mut l = null_mut();
+        // SAFETY: h has NCCL_NET_HANDLE_MAXSIZE bytes; l is a valid out-pointer.
+        check(unsafe { f(dev, h.as_mut_ptr().cast(), &mut l) }, "listen")?;
+        if l.is_null() {
+            return Err(Error::new("listen returned a NULL listen comm"));
+        }
+        Ok((h, ListenComm(l)))
+    }
+
+    /// One non-blocking step of `connect`; `None` until the connection is ready.
+    pub(crate) fn connect(&self, dev: c_int, h: &mut Handle) -> Result<Option<Comm>> {
+        let f = fnptr!(self, connect);
+        let mut c = null_mut();
+        let mut dc = null_mut();
+        // SAFETY: h has NCCL_NET_HANDLE_MAXSIZE bytes and stays the same across calls (NCCL's
+        // contract); c and dc are valid out-pointers.
+        let r = unsafe { f(dev, h.as_mut_ptr().cast(), &mut c, &mut dc) };
+        check(r, "connect")?;
+        Ok((!c.is_null()).then_some(Comm(c)))
+    }
+
+    /// One non-blocking step of `accept`; `None` until a connection is ready.
+    pub(crate) fn accept(&self, l: ListenComm) -> Result<Option<Comm>> {
+        let f = fnptr!(self, accept);
+        let mut c = null_mut();
+        let mut dc = null_mut();
+        // SAFETY: l came from listen; c and dc are valid out-pointers.
+        check(unsafe { f(l.0, &mut c, &mut dc) }, "accept")?;
+        Ok((!c.is_null()).then_some(Comm(c)))
+    }
+
+    /// Registers host memory with a comm.
+    ///
+    /// # Safety
+    /// `[data, data + len)` must stay allocated until the registration is released with
+    /// [`Net::dereg_mr`] (or the process ends).
+    pub(crate) unsafe fn reg_mr(&self, c: Comm, data: *mut u8, len: usize) -> Result<Mr> {
+        let f = fnptr!(self, regMr);
+        let mut m = null_mut();
+        // SAFETY: c is a live comm; the caller keeps the memory alive; m is an out-pointer.
+        let r = unsafe { f(c.0, data.cast(), len, NCCL_PTR_HOST, &mut m) };
+        check(r, "regMr")?;
+        Ok(Mr(m))
+    }
+
+    pub(crate) fn dereg_mr(&self, c: Comm, m: Mr) -> Result<()> {
+        let f = fnptr!(self, deregMr);
+        // SAFETY: m was registered with c and has no request in flight (caller's protocol).
+        check(unsafe { f(c.0, m.0) }, "deregMr")
+    }
+
+    /// `isend`; `None` when the plugin cannot take it yet (no matching receive posted).
+    ///
+    /// # Safety
+    /// `[data, data + size)` must lie inside the memory registered as `m` and stay untouched
+    /// until the request completes.
+    pub(crate) unsafe fn isend(
+        &self,
+        c: Comm,
+        data: *mut u8,
+        size: usize,
+        tag: c_int,
+        m: Mr,
+    ) -> Result<Option<Req>> {
+        let f = fnptr!(self, isend);
+        let size = c_int::try_from(size)
+            .map_err(|_| Error::new(format!("message size {size} does not fit a C int")))?;
+        let mut r = null_mut();
+        // SAFETY: per this function's contract; r is a valid out-pointer.
+        let rc = unsafe { f(c.0, data.cast(), size, tag, m.0, &mut r) };
+        check(rc, "isend")?;
+        Ok((!r.is_null()).then_some(Req(r)))
+    }
+
+    /// `irecv` of one buffer; `None` when the plugin cannot take it yet.
+    ///
+    /// # Safety
+    /// `[data, data + size)` must lie inside the memory registered as `m` and stay unused
+    /// until the request completes.
+    pub(crate) unsafe fn irecv(
+        &self,
+        c: Comm,
+        data: *mut u8,
+        size: usize,
+        tag: c_int,
+        m: Mr,
+    ) -> Result<Option<Req>> {
+        let f = fnptr!(self, irecv);
+        let mut size = c_int::try_from(size)
+            .map_err(|_| Error::new(format!("receive size {size} does not fit a C int")))?;
+        let mut data: *mut c_void = data.cast();
+        let mut tag = tag;
+        let mut mh = m.0;
+        let mut r = null_mut();
+        // SAFETY: arrays of n = 1 entries (the plugin copies them during the call); the buffer
+        // per this function's contract; r is a valid out-pointer.
+        let rc = unsafe { f(c.0, 1, &mut data, &mut size, &mut tag, &mut mh, &mut r) };
+        check(rc, "irecv")?;
+        Ok((!r.is_null()).then_some(Req(r)))
+    }
+
+    /// `test`: `Some(size)` once the request is done (the request is then gone).
+    pub(crate) fn test(&self, r: Req) -> Result<Option<usize>> {
+        let f = fnptr!(self, test);
+        let mut done: c_int = 0;
+        // The plugin writes one size per buffer of the request; ours have one buffer, the
+        // spare room only guards against a plugin that writes more.
+        let mut sizes: [c_int; 8] = [-1; 8];
+        // SAFETY: r is an outstanding request; done and sizes are valid out-pointers.
+        check(unsafe { f(r.0, &mut done, sizes.as_mut_ptr()) }, "test")?;
+        if done == 0 {
+            return Ok(None);
+        }
+        usize::try_from(sizes[0])
+            .map(Some)
+            .map_err(|_| Error::new(format!("test reported size {}", sizes[0])))
+    }
+
+    pub(crate) fn close_send(&self, c: Comm) -> Result<()> {
+        let f = fnptr!(self, closeSend);
+        // SAFETY: c is a live send comm, not used afterwards.
+        check(unsafe { f(c.0) }, "closeSend")
+    }
+
+    pub(crate) fn close_recv(&self, c: Comm) -> Result<()> {
+        let f = fnptr!(self, closeRecv);
+        // SAFETY: c is a live receive comm, not used afterwards.
+        check(unsafe { f(c.0) }, "closeRecv")
+    }
+
+    pub(crate) fn close_listen(&self, l: ListenComm) -> Result<()> {
+        let f = fnptr!(self, closeListen);
+        // SAFETY: l is a live listen comm, not used afterwards.
+        check(unsafe { f(l.0) }, "closeListen")
+    }
+}
+
+fn cstr_or(p: *const c_char, dflt: &str) -> String {
+    if p.is_null() {
+        return dflt.to_string();
+    }
+    // SAFETY: the plugin returns NUL-terminated strings that live as long as the plugin.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// Lower-case hex of a handle.
+pub(crate) fn handle_to_hex(h: &Handle) -> String {
+    h.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses 256 hex digits into a handle.
+pub(crate) fn handle_from_hex(s: &str) -> Result<Handle> {
+    let s = s.trim();
+    if s.len() != 2 * NCCL_NET_HANDLE_MAXSIZE || !s.is_ascii() {
+        return Err(Error::new(format!(
+            "a handle is {} hex digits, got {} characters",
+            2 * NCCL_NET_HANDLE_MAXSIZE,
+            s.len()
+        )));
+    }
+    let mut h: Handle = [0; NCCL_NET_HANDLE_MAXSIZE];
+    for (i, b) in h.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
+            .map_err(|_| Error::new(format!("bad hex digits at offset {}", 2 * i)))?;
+    }
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_hex_round_trip() {
+        let mut h: Handle = [0; NCCL_NET_HANDLE_MAXSIZE];
+        for (i, b) in h.iter_mut().enumerate() {
+            *b = (i * 37) as u8;
+        }
+        let s = handle_to_hex(&h);
+        assert_eq!(s.len(), 256);
+        assert_eq!(handle_from_hex(&format!(" {s}\n")).unwrap(), h);
+        assert!(handle_from_hex("abcd").is_err());
+        assert!(handle_from_hex(&"zz".repeat(128)).is_err());
+    }
+
+    #[test]
+    fn missing_library_is_a_clean_error() {
+        let e = Net::load(Path::new("/nonexistent/libnope.so")).unwrap_err();
+        assert!(e.to_string().contains("dlopen"), "{e}");
+    }
+}

@@ -1,0 +1,478 @@
+//! A connected pair of comms between the two benchmark processes, set up only through the
+//! plugin, plus the small control protocol the server uses to drive the client.
+//!
+//! Set-up (the server listens and publishes its handle; the client gets it out of band):
+//! 1. client `connect(handle)` / server `accept` give the client→server comm;
+//! 2. the client listens too and sends its own 128-byte handle over that comm;
+//! 3. server `connect(handle2)` / client `accept` give the server→client comm.
+//!
+//! Control messages (64 bytes, tag [`TAG_CTRL`]) travel server→client; the data pattern of every
+//! phase is fixed by its command, so the receive-driven ordering of each comm is never ambiguous.
+
+use crate::buf::HostBuf;
+use crate::error::{Context as _, Error, Result};
+use crate::net::{Comm, DevProps, Handle, ListenComm, Mr, Net, Req};
+use core::ffi::c_int;
+use std::time::{Duration, Instant};
+
+/// Tag of control messages and of the handle exchange.
+pub(crate) const TAG_CTRL: c_int = 0x0fe1;
+/// Tag of benchmark data.
+pub(crate) const TAG_DATA: c_int = 1;
+
+const CTRL_BYTES: usize = 64;
+const CTRL_MAGIC: u32 = u32::from_le_bytes(*b"FBNC");
+
+/// A command from the server to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cmd {
+    /// Allocate and register the data buffers: the client's send buffer (the server's receive
+    /// buffer) of `client_send` bytes and the client's receive buffer (the server's send
+    /// buffer) of `client_recv` bytes.
+    Hello { client_send: u64, client_recv: u64 },
+    /// Send `size`-byte messages with up to `window` in flight, buffer slot `i % slots`, until
+    /// [`Cmd::Stop`] arrives.
+    Bw { size: u64, window: u64, slots: u64 },
+    /// End of a `Bw` phase: the receiver consumed `count` messages in all.
+    Stop { count: u64 },
+    /// Echo `count` messages of `size` bytes (ping on server→client, echo on client→server).
+    Lat { size: u64, count: u64 },
+    /// Close and exit.
+    Done,
+}
+
+impl Cmd {
+    pub(crate) fn encode(self) -> [u8; CTRL_BYTES] {
+        let (code, a, b, c) = match self {
+            Cmd::Hello {
+                client_send,
+                client_recv,
+            } => (1u32, client_send, client_recv, 0),
+            Cmd::Bw {
+                size,
+                window,
+                slots,
+            } => (2, size, window, slots),
+            Cmd::Stop { count } => (3, count, 0, 0),
+            Cmd::Lat { size, count } => (4, size, count, 0),
+            Cmd::Done => (5, 0, 0, 0),
+        };
+        let mut m = [0u8; CTRL_BYTES];
+        m[0..4].copy_from_slice(&CTRL_MAGIC.to_le_bytes());
+        m[4..8].copy_from_slice(&code.to_le_bytes());
+        m[8..16].copy_from_slice(&a.to_le_bytes());
+        m[16..24].copy_from_slice(&b.to_le_bytes());
+        m[24..32].copy_from_slice(&c.to_le_bytes());
+        m
+    }
+
+    pub(crate) fn decode(m: &[u8]) -> Result<Cmd> {
+        let word = |r: core::ops::Range<usize>| -> u64 {
+            let mut b = [0u8; 8];
+            b[..r.len()].copy_from_slice(&m[r]);
+            u64::from_le_bytes(b)
+        };
+        if m.len() != CTRL_BYTES || word(0..4) != u64::from(CTRL_MAGIC) {
+            return Err(Error::new(format!(
+                "bad control message ({} bytes, magic {:#x})",
+                m.len(),
+                if m.len() >= 4 { word(0..4) } else { 0 }
+            )));
+        }
+        let (a, b, c) = (word(8..16), word(16..24), word(24..32));
+        Ok(match word(4..8) {
+            1 => Cmd::Hello {
+                client_send: a,
+                client_recv: b,
+            },
+            2 => Cmd::Bw {
+                size: a,
+                window: b,
+                slots: c,
+            },
+            3 => Cmd::Stop { count: a },
+            4 => Cmd::Lat { size: a, count: b },
+            5 => Cmd::Done,
+            other => return Err(Error::new(format!("unknown control command {other}"))),
+        })
+    }
+}
+
+/// How waiting loops behave.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WaitCfg {
+    /// Give up when nothing progresses for this long.
+    pub(crate) timeout: Duration,
+    /// `sched_yield` between polls that found nothing (default: spin, as NCCL's proxy does).
+    pub(crate) yield_cpu: bool,
+}
+
+/// Checked now and then while waiting: `Err` when the peer is known to be gone.
+pub(crate) type PeerCheck = Box<dyn FnMut() -> Result<()>>;
+
+/// Polls `f` until it returns `Some`, with the no-progress timeout and the peer check.
+pub(crate) fn wait_for<T>(
+    cfg: &WaitCfg,
+    peer: &mut Option<PeerCheck>,
+    what: &dyn Fn() -> String,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let start = Instant::now();
+    let mut next_check = start + Duration::from_millis(100);
+    loop {
+        if let Some(v) = f().map_err(|e| e.context(what()))? {
+            return Ok(v);
+        }
+        let now = Instant::now();
+        if now >= next_check {
+            next_check = now + Duration::from_millis(100);
+            if let Some(p) = peer.as_mut() {
+                p().map_err(|e| e.context(what()))?;
+            }
+            if now.duration_since(start) > cfg.timeout {
+                return Err(Error::new(format!(
+                    "{}: no progress for {:.0} s (--timeout)",
+                    what(),
+                    cfg.timeout.as_secs_f64()
+                )));
+            }
+        }
+        if cfg.yield_cpu {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Which end of the set-up this process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Server,
+    Client,
+}
+
+/// A registered buffer on one comm.
+#[derive(Debug)]
+pub(crate) struct RegBuf {
+    pub(crate) buf: HostBuf,
+    pub(crate) mr: Mr,
+    comm: Comm,
+}
+
+/// Both comms of this process, their control buffers, and (after `Hello`) the data buffers.
+pub(crate) struct Session<'n> {
+    pub(crate) net: &'n Net,
+    pub(crate) dev: DevProps,
+    pub(crate) role: Role,
+    /// This process → peer.
+    pub(crate) send: Comm,
+    /// Peer → this process.
+    pub(crate) recv: Comm,
+    listen: Option<ListenComm>,
+    ctrl_send: RegBuf,
+    ctrl_recv: RegBuf,
+    pub(crate) data_send: Option<RegBuf>,
+    pub(crate) data_recv: Option<RegBuf>,
+    pub(crate) wait: WaitCfg,
+    pub(crate) peer: Option<PeerCheck>,
+    /// Seconds spent connecting (both comms).
+    pub(crate) setup_s: f64,
+}
+
+impl std::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("dev", &self.dev.name)
+            .field("role", &self.role)
+            .field("send", &self.send)
+            .field("recv", &self.recv)
+            .finish_non_exhaustive()
+    }
+}
+
+fn register(net: &Net, comm: Comm, len: usize, fill: u8) -> Result<RegBuf> {
+    let buf = HostBuf::new(len, fill)?;
+    // SAFETY: the buffer lives in the returned RegBuf, which deregisters before freeing it
+    // (Session::close) or outlives the process.
+    let mr = unsafe { net.reg_mr(comm, buf.at(0)?, buf.len()) }
+        .map_err(|e| e.context(format!("registering {} bytes", buf.len())))?;
+    Ok(RegBuf { buf, mr, comm })
+}
+
+impl<'n> Session<'n> {
+    /// Server side: `listen` already happened (its handle went to the client); completes both
+    /// connections.
+    pub(crate) fn accept(
+        net: &'n Net,
+        dev: DevProps,
+        listen: ListenComm,
+        wait: WaitCfg,
+        mut peer: Option<PeerCheck>,
+    ) -> Result<Session<'n>> {
+        let start = Instant::now();
+        let recv = wait_for(&wait, &mut peer, &|| "accepting the client".into(), || {
+            net.accept(listen)
+        })?;
+        let ctrl_recv = register(net, recv, 4096, 0)?;
+        let req = post_recv(net, &wait, &mut peer, recv, &ctrl_recv, 128, TAG_CTRL)?;
+        let n = wait_for(
+            &wait,
+            &mut peer,
+            &|| "receiving the client's handle".into(),
+            || net.test(req),
+        )?;
+        if n != 128 {
+            return Err(Error::new(format!(
+                "the client's handle message has {n} bytes, not 128"
+            )));
+        }
+        let mut h: Handle = [0; 128];
+        h.copy_from_slice(&ctrl_recv.buf.read_at0(128)?);
+        let send = wait_for(
+            &wait,
+            &mut peer,
+            &|| "connecting back to the client".into(),
+            || net.connect(dev.index, &mut h),
+        )?;
+        let ctrl_send = register(net, send, 4096, 0)?;
+        Ok(Session {
+            net,
+            dev,
+            role: Role::Server,
+            send,
+            recv,
+            listen: Some(listen),
+            ctrl_send,
+            ctrl_recv,
+            data_send: None,
+            data_recv: None,
+            wait,
+            peer,
+            setup_s: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Client side: connects to the server's handle and lets it connect back.
+    pub(crate) fn connect(
+        net: &'n Net,
+        dev: DevProps,
+        mut handle: Handle,
+        wait: WaitCfg,
+    ) -> Result<Session<'n>> {
+        let start = Instant::now();
+        let mut peer: Option<PeerCheck> = None;
+        let send = wait_for(
+            &wait,
+            &mut peer,
+            &|| "connecting to the server".into(),
+            || net.connect(dev.index, &mut handle),
+        )?;
+        let mut ctrl_send = register(net, send, 4096, 0)?;
+        let (h2, listen) = net.listen(dev.index)?;
+        ctrl_send.buf.write_at0(&h2)?;
+        let req = wait_for(
+            &wait,
+            &mut peer,
+            &|| "sending this side's handle".into(),
+            || {
+                // SAFETY: 128 bytes at the start of the registered control buffer, unchanged until
+                // the request completes (waited for below).
+                unsafe { net.isend(send, ctrl_send.buf.at(0)?, 128, TAG_CTRL, ctrl_send.mr) }
+            },
+        )?;
+        wait_for(
+            &wait,
+            &mut peer,
+            &|| "sending this side's handle".into(),
+            || net.test(req),
+        )?;
+        let recv = wait_for(&wait, &mut peer, &|| "accepting the server".into(), || {
+            net.accept(listen)
+        })?;
+        let ctrl_recv = register(net, recv, 4096, 0)?;
+        Ok(Session {
+            net,
+            dev,
+            role: Role::Client,
+            send,
+            recv,
+            listen: Some(listen),
+            ctrl_send,
+            ctrl_recv,
+            data_send: None,
+            data_recv: None,
+            wait,
+            peer,
+            setup_s: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Allocates and registers the data buffers (both sides, `Hello`).
+    pub(crate) fn alloc_data(&mut self, send_bytes: u64, recv_bytes: u64) -> Result<()> {
+        let t = Instant::now();
+        let us = |v: u64| usize::try_from(v).map_err(|_| Error::new("buffer too large"));
+        self.data_send = Some(register(self.net, self.send, us(send_bytes)?, 0x5a)?);
+        self.data_recv = Some(register(self.net, self.recv, us(recv_bytes)?, 0)?);
+        crate::progress(&format!(
+            "{}: registered data buffers ({} to send, {} to receive) in {:.2} s",
+            self.role_name(),
+            crate::report::fmt_size(send_bytes),
+            crate::report::fmt_size(recv_bytes),
+            t.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    pub(crate) fn role_name(&self) -> &'static str {
+        match self.role {
+            Role::Server => "server",
+            Role::Client => "client",
+        }
+    }
+
+    /// Sends a command and waits until it is delivered (server).
+    pub(crate) fn send_cmd(&mut self, cmd: Cmd) -> Result<()> {
+        self.ctrl_send.buf.write_at0(&cmd.encode())?;
+        let (net, send, cs) = (self.net, self.send, &self.ctrl_send);
+        let what = || format!("sending control message {cmd:?}");
+        let req = wait_for(&self.wait, &mut self.peer, &what, || {
+            // SAFETY: the control message at the start of the registered control buffer,
+            // unchanged until the request completes (waited for below).
+            unsafe { net.isend(send, cs.buf.at(0)?, CTRL_BYTES, TAG_CTRL, cs.mr) }
+        })?;
+        wait_for(&self.wait, &mut self.peer, &what, || net.test(req))?;
+        Ok(())
+    }
+
+    /// Posts the receive of the next command (client).
+    pub(crate) fn post_cmd_recv(&mut self) -> Result<Req> {
+        post_recv(
+            self.net,
+            &self.wait,
+            &mut self.peer,
+            self.recv,
+            &self.ctrl_recv,
+            CTRL_BYTES,
+            TAG_CTRL,
+        )
+    }
+
+    /// Decodes a completed command receive of `n` bytes.
+    pub(crate) fn read_cmd(&self, n: usize) -> Result<Cmd> {
+        Cmd::decode(
+            &self
+                .ctrl_recv
+                .buf
+                .read_at0(n.min(self.ctrl_recv.buf.len()))?,
+        )
+    }
+
+    /// Waits for a posted command receive.
+    pub(crate) fn wait_cmd(&mut self, req: Req) -> Result<Cmd> {
+        let net = self.net;
+        let n = wait_for(
+            &self.wait,
+            &mut self.peer,
+            &|| "waiting for the server's next command".into(),
+            || net.test(req),
+        )?;
+        self.read_cmd(n)
+    }
+
+    /// Deregisters everything and closes the comms.
+    pub(crate) fn close(mut self) -> Result<()> {
+        let net = self.net;
+        let mut first_err: Option<Error> = None;
+        let mut keep = |r: Result<()>| {
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        };
+        for rb in [self.data_send.take(), self.data_recv.take()]
+            .into_iter()
+            .flatten()
+            .chain([self.ctrl_send, self.ctrl_recv])
+        {
+            keep(net.dereg_mr(rb.comm, rb.mr));
+            drop(rb.buf);
+        }
+        keep(net.close_send(self.send));
+        keep(net.close_recv(self.recv));
+        if let Some(l) = self.listen.take() {
+            keep(net.close_listen(l));
+        }
+        match first_err {
+            Some(e) => Err(e.context("closing")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Posts a one-buffer receive of `len` bytes at the start of `rb`, retrying while the plugin
+/// says "not now".
+fn post_recv(
+    net: &Net,
+    wait: &WaitCfg,
+    peer: &mut Option<PeerCheck>,
+    comm: Comm,
+    rb: &RegBuf,
+    len: usize,
+    tag: c_int,
+) -> Result<Req> {
+    wait_for(
+        wait,
+        peer,
+        &|| format!("posting a receive of {len} bytes"),
+        || {
+            // SAFETY: len bytes at the start of a registered buffer that lives as long as the
+            // session; this protocol never reuses it before the request completes.
+            unsafe { net.irecv(comm, rb.buf.at(0)?, len, tag, rb.mr) }
+        },
+    )
+}
+
+/// Reads the first line of stdin (the handle in the orchestrated mode).
+pub(crate) fn read_handle_line() -> Result<String> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .ctx("reading the server's handle from stdin")?;
+    if line.trim().is_empty() {
+        return Err(Error::new("no handle on stdin (empty input)"));
+    }
+    Ok(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_round_trip() {
+        for c in [
+            Cmd::Hello {
+                client_send: 1 << 26,
+                client_recv: 4096,
+            },
+            Cmd::Bw {
+                size: 8,
+                window: 32,
+                slots: 32,
+            },
+            Cmd::Stop { count: 123_456 },
+            Cmd::Lat {
+                size: 4096,
+                count: 7,
+            },
+            Cmd::Done,
+        ] {
+            assert_eq!(Cmd::decode(&c.encode()).unwrap(), c);
+        }
+        let mut bad = Cmd::Done.encode();
+        bad[0] ^= 1;
+        assert!(Cmd::decode(&bad).is_err());
+        assert!(Cmd::decode(&[0u8; 10]).is_err());
+        let mut unknown = Cmd::Done.encode();
+        unknown[4] = 99;
+        assert!(Cmd::decode(&unknown).is_err());
+    }
+}
