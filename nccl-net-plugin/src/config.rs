@@ -37,6 +37,13 @@ pub struct Config {
     pub pkey_index: u16,
     /// `NCCL_IB_HCA`.
     pub hca: Option<HcaFilter>,
+    /// `NCCL_IB_PCI_RELAXED_ORDERING`: 0 off, 1 on, 2 on when libibverbs has `ibv_reg_mr_iova2`.
+    pub relaxed_ordering: u8,
+    /// `NCCL_GDR_FLUSH_DISABLE`.
+    pub gdr_flush_disable: bool,
+    /// `FERRO_FLUSH_HOST`: also flush receives into host memory (diagnostics and tests of the
+    /// flush path on NICs without GPUDirect RDMA).
+    pub flush_host: bool,
     /// `FERRO_GID_INDEX`: per-device GID indexes, overriding `NCCL_IB_GID_INDEX`.
     pub gid_overrides: Vec<GidOverride>,
 }
@@ -134,6 +141,9 @@ impl Default for Config {
             service_level: 0,
             pkey_index: 0,
             hca: None,
+            relaxed_ordering: 2,
+            gdr_flush_disable: false,
+            flush_host: false,
             gid_overrides: Vec::new(),
         }
     }
@@ -233,7 +243,13 @@ impl Config {
                 Vec::new()
             }),
         };
+        let relaxed_ordering = int_in(get, &mut w, "NCCL_IB_PCI_RELAXED_ORDERING", 2, 0, 2) as u8;
+        let gdr_flush_disable = int_in(get, &mut w, "NCCL_GDR_FLUSH_DISABLE", 0, 0, 1) == 1;
+        let flush_host = int_in(get, &mut w, "FERRO_FLUSH_HOST", 0, 0, 1) == 1;
         let cfg = Config {
+            relaxed_ordering,
+            gdr_flush_disable,
+            flush_host,
             hca,
             gid_overrides,
             gid_index,
@@ -311,7 +327,10 @@ impl Config {
             range,
             self.roce_version
         ) + &format!(
-            " NCCL_IB_HCA={} FERRO_GID_INDEX={}",
+            " NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} FERRO_FLUSH_HOST={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
+            self.relaxed_ordering,
+            u8::from(self.gdr_flush_disable),
+            u8::from(self.flush_host),
             self.hca.as_ref().map_or("unset", |h| h.raw.as_str()),
             if self.gid_overrides.is_empty() {
                 "unset".to_string()

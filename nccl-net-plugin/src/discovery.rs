@@ -5,7 +5,8 @@ use crate::config::Config;
 use ferro_verbs::gid::{GidChoice, select_gid};
 use ferro_verbs::sys::{IBV_PORT_ACTIVE, ibv_port_attr, mtu_bytes};
 use ferro_verbs::sysfs::{self, LinkLayer, PortState, SysDevice, SysPort};
-use ferro_verbs::{Context, LoadError};
+use ferro_dmabuf::{decide, CudaState, GdrDecision, Inputs};
+use ferro_verbs::{Context, LoadError, Pd};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -43,6 +44,12 @@ pub struct DeviceReport {
     pub ports: Vec<PortReport>,
     /// The open context (None when opening failed; see `error`).
     pub ctx: Option<Arc<Context>>,
+    /// The device's protection domain (shared by all its comms and registrations).
+    pub pd: Option<Arc<Pd>>,
+    /// GPUDirect RDMA: which GPU-memory registration paths work, and why (not).
+    pub gdr: Option<GdrDecision>,
+    /// Warnings about the GPUDirect overrides (`NCCL_DMABUF_ENABLE`, `FERRO_GDR_DISABLE`).
+    pub gdr_warnings: Vec<String>,
     pub error: Option<String>,
 }
 
@@ -140,6 +147,9 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
         }
     };
     let mut devices = Vec::new();
+    // The CUDA driver is probed once per process (only if there are devices to judge).
+    let cuda: Option<CudaState> = (!names.is_empty()).then(ferro_dmabuf::cuda::probe_cuda);
+    let has_dmabuf_sym = ferro_verbs::verbs().is_ok_and(|v| v.capabilities().reg_dmabuf_mr);
     for name in names {
         let sys = sys_devices.iter().find(|d| d.name == name).cloned();
         let mut rep = DeviceReport {
@@ -152,6 +162,9 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
             sys,
             ports: Vec::new(),
             ctx: None,
+            pd: None,
+            gdr: None,
+            gdr_warnings: Vec::new(),
             error: None,
         };
         let ctx = match Context::open(&name) {
@@ -176,6 +189,16 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
                         Err(e) => errors.push(e.to_string()),
                     }
                 }
+            }
+            Err(e) => rep.error = Some(e.to_string()),
+        }
+        match Pd::new(&ctx) {
+            Ok(pd) => {
+                let probe = ferro_dmabuf::provider::probe_provider(&pd);
+                let inputs = Inputs::from_system(has_dmabuf_sym, probe, cuda.clone().unwrap_or(CudaState::NoDevice));
+                rep.gdr_warnings = inputs.overrides.warnings.clone();
+                rep.gdr = Some(decide(&name, &inputs));
+                rep.pd = Some(pd);
             }
             Err(e) => rep.error = Some(e.to_string()),
         }

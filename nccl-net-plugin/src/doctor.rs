@@ -68,7 +68,7 @@ pub const MEMLOCK_WARN_BELOW: u64 = 64 << 20;
 pub const SHM_WARN_BELOW: u64 = 1 << 30;
 /// Whether this build of the plugin offers GPU memory (`NCCL_PTR_CUDA` / `NCCL_PTR_DMABUF`) to
 /// NCCL. `plugin.rs` sets `ptrSupport` to `NCCL_PTR_HOST` only; flip this when that changes.
-pub const PLUGIN_OFFERS_GPU_MEMORY: bool = false;
+pub const PLUGIN_OFFERS_GPU_MEMORY: bool = true;
 /// The NCCL variables the doctor shows as seen.
 pub const NCCL_ENV_VARS: [&str; 4] = [
     "NCCL_NET_PLUGIN",
@@ -146,6 +146,10 @@ pub struct Device {
     pub error: Option<String>,
     /// Problems met reading sysfs.
     pub notes: Vec<String>,
+    /// GPUDirect RDMA for this device in one sentence (the plugin's INFO line), when known.
+    pub gdr: Option<String>,
+    /// `NCCL_PTR_*` bits the plugin would advertise for this device.
+    pub ptr_support: Option<i32>,
     pub ports: Vec<Port>,
 }
 
@@ -615,7 +619,7 @@ pub fn host_findings(r: &Report) -> Vec<Finding> {
 fn gpu_description(r: &Report) -> String {
     let g = r.host.gpu;
     let plugin = if PLUGIN_OFFERS_GPU_MEMORY {
-        "offered by this plugin build"
+        "decided per device (see each device's \"GPU memory\" line)"
     } else {
         "not offered by this plugin build (NCCL is given host memory only and stages GPU buffers through it)"
     };
@@ -791,6 +795,9 @@ fn render_device(o: &mut String, d: &Device) {
         guid(d.node_guid),
         guid(d.sys_image_guid)
     );
+    if let Some(g) = &d.gdr {
+        wrap(o, "    GPU memory: ", "      ", g);
+    }
     if let Some(e) = &d.error {
         wrap(o, "    error: ", "      ", e);
     }
@@ -1075,6 +1082,8 @@ fn device_json(d: &Device) -> Value {
         "pci_path": d.pci_path,
         "error": d.error,
         "notes": d.notes,
+        "gdr": d.gdr,
+        "ptr_support": d.ptr_support,
         "ports": d.ports.iter().map(|p| port_json(d, p)).collect::<Vec<_>>(),
     })
 }
@@ -1283,6 +1292,8 @@ fn device_from_report(d: &DeviceReport) -> Device {
             .as_ref()
             .map(|e| format!("cannot open or query the device: {e}")),
         notes: sys.map(|s| s.notes.clone()).unwrap_or_default(),
+        gdr: d.gdr.as_ref().map(|g| g.summary.clone()),
+        ptr_support: d.gdr.as_ref().map(|g| g.ptr_support_bits | ferro_ffi::NCCL_PTR_HOST),
         ports: d
             .ports
             .iter()
@@ -1380,6 +1391,8 @@ fn device_from_sysfs(s: &SysDevice, cfg: &Config, why: &str) -> Device {
         pci_path: s.pci_path.as_ref().map(|p| p.display().to_string()),
         error: Some(why.to_string()),
         notes: s.notes.clone(),
+        gdr: None,
+        ptr_support: None,
         ports: s.ports.iter().map(|p| port_from_sysfs(&s.name, p, cfg)).collect(),
     }
 }
@@ -1554,6 +1567,8 @@ mod tests {
             pci_path: None,
             error: None,
             notes: Vec::new(),
+            gdr: Some(format!("{name}: GPUDirect RDMA off: provider rejects dma-buf (EOPNOTSUPP); NCCL will stage through host memory")),
+            ptr_support: Some(1),
             ports,
         }
     }

@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod doctor;
 pub mod error;
 pub mod log;
+pub mod mrcache;
 pub mod oob;
 pub mod plugin;
 mod shim;

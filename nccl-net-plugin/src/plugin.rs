@@ -13,7 +13,15 @@ use ferro_verbs::gid::GidChoice;
 use ferro_verbs::sysfs::LinkLayer;
 use std::ffi::CString;
 use std::path::Path;
+use crate::mrcache::RegCache;
+use ferro_dmabuf::GdrDecision;
 use std::sync::{Arc, OnceLock};
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).ok().filter(|p| *p > 0).unwrap_or(4096)
+}
 
 /// Most buffers one grouped `irecv` may carry.
 pub const MAX_RECVS: usize = 8;
@@ -36,23 +44,18 @@ pub struct NetDevice {
     // Owned strings the properties point into; they live as long as the process (static state).
     name_c: CString,
     pci_c: Option<CString>,
-    /// One protection domain per device, shared by its comms, created on first use.
-    pd: std::sync::Mutex<Option<Arc<ferro_verbs::Pd>>>,
+    /// One protection domain per device, shared by its comms and registrations.
+    pd: Arc<ferro_verbs::Pd>,
+    /// What GPU memory the device can register, and why.
+    pub gdr: GdrDecision,
+    /// Registration cache (regIsGlobal = 1): page-granular, reference-counted, per PD.
+    pub cache: std::sync::Mutex<RegCache<ferro_verbs::Mr>>,
 }
 
 impl NetDevice {
-    /// The device's protection domain (created on first use, then shared).
+    /// The device's protection domain.
     pub fn pd(&self) -> Result<Arc<ferro_verbs::Pd>> {
-        let mut g = self
-            .pd
-            .lock()
-            .map_err(|_| Error::Internal("device state poisoned".into()))?;
-        if let Some(pd) = g.as_ref() {
-            return Ok(pd.clone());
-        }
-        let pd = ferro_verbs::Pd::new(&self.ctx)?;
-        *g = Some(pd.clone());
-        Ok(pd)
+        Ok(self.pd.clone())
     }
 
     /// The v8 properties. Pointers refer to strings owned by this (never freed) device.
@@ -64,8 +67,8 @@ impl NetDevice {
                 .as_ref()
                 .map_or(core::ptr::null_mut(), |c| c.as_ptr().cast_mut()),
             guid: self.guid,
-            ptrSupport: NCCL_PTR_HOST,
-            regIsGlobal: 0,
+            ptrSupport: self.gdr.ptr_support_bits | NCCL_PTR_HOST,
+            regIsGlobal: 1,
             speed: i32::try_from(self.speed_mbps).unwrap_or(i32::MAX),
             port: i32::from(self.port),
             latency: 0.0,
@@ -133,7 +136,13 @@ fn build() -> std::result::Result<Plugin, Error> {
             warn!(INIT, "{}: skipped: {e}", d.name);
             continue;
         }
-        let Some(ctx) = &d.ctx else { continue };
+        let (Some(ctx), Some(pd), Some(gdr)) = (&d.ctx, &d.pd, &d.gdr) else { continue };
+        for w in &d.gdr_warnings {
+            warn!(INIT | ENV, "{w}");
+        }
+        if d.ports.iter().any(|p| p.usable.is_ok()) {
+            info!(INIT | NET, "{}", gdr.summary);
+        }
         for p in &d.ports {
             if let Err(why) = &p.usable {
                 // A GID the user asked for that does not work is a configuration error: say it
@@ -169,7 +178,9 @@ fn build() -> std::result::Result<Plugin, Error> {
                 max_qp: d.max_qp,
                 name_c: CString::new(d.name.clone()).unwrap_or_default(),
                 pci_c,
-                pd: std::sync::Mutex::new(None),
+                pd: pd.clone(),
+                gdr: gdr.clone(),
+                cache: std::sync::Mutex::new(RegCache::new(page_size())),
             });
         }
     }
@@ -215,12 +226,23 @@ fn build() -> std::result::Result<Plugin, Error> {
         .collect();
     info!(
         INIT | NET,
-        "Using {} ({}); {}",
+        "Using {} ({}{}); {}",
         list.join(" ; "),
         lib,
+        if relaxed_ordering(&config) { ", [RO]" } else { "" },
         config.summary()
     );
     Ok(Plugin { config, devices })
+}
+
+/// Whether registrations ask for PCIe relaxed ordering (`NCCL_IB_PCI_RELAXED_ORDERING`: 0 off,
+/// 1 on, 2 on when libibverbs has `ibv_reg_mr_iova2`, which carries the flag to the kernel).
+pub fn relaxed_ordering(config: &Config) -> bool {
+    match config.relaxed_ordering {
+        0 => false,
+        1 => true,
+        _ => ferro_verbs::verbs().is_ok_and(|v| v.capabilities().reg_mr_iova2),
+    }
 }
 
 /// `init`: builds the device list once per process; later calls return the same outcome.

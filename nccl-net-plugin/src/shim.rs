@@ -156,19 +156,18 @@ unsafe extern "C" fn reg_mr(
 
 unsafe extern "C" fn reg_mr_dma_buf(
     comm: *mut c_void,
-    _data: *mut c_void,
-    _size: usize,
-    _type: c_int,
-    _offset: u64,
-    _fd: c_int,
-    _mhandle: *mut *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    type_: c_int,
+    offset: u64,
+    fd: c_int,
+    mhandle: *mut *mut c_void,
 ) -> ncclResult_t {
     boundary("regMrDmaBuf", || {
         // SAFETY: NCCL passes a send or receive comm of ours (checked by its magic).
-        let _c = unsafe { transport::comm_ref(comm) }?;
-        Err(Error::Usage(
-            "regMrDmaBuf: this device does not advertise DMA-BUF support (GPUDirect RDMA unavailable); NCCL should stage through host memory".into(),
-        ))
+        let c = unsafe { transport::comm_ref(comm) }?;
+        let m = transport::reg_mr_dmabuf(c, data as u64, size, type_, offset, fd)?;
+        out("mhandle", mhandle, Box::into_raw(m).cast())
     })
 }
 
@@ -177,7 +176,7 @@ unsafe extern "C" fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclRe
         // SAFETY: NCCL passes a comm of ours (checked by its magic).
         let _c = unsafe { transport::comm_ref(comm) }?;
         // SAFETY: NCCL passes an mhandle from regMr (checked by its magic) and never uses it again.
-        unsafe { transport::close(mhandle, &[transport::MAGIC_MR]) }
+        unsafe { transport::dereg_mr(mhandle) }
     })
 }
 
@@ -260,17 +259,31 @@ unsafe extern "C" fn irecv(
 
 unsafe extern "C" fn iflush(
     recv_comm: *mut c_void,
-    _n: c_int,
-    _data: *mut *mut c_void,
-    _sizes: *mut c_int,
-    _mhandles: *mut *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut c_int,
+    mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
     boundary("iflush", || {
         // SAFETY: NCCL passes a comm of ours (checked by its magic).
-        let _c = unsafe { transport::comm_ref(recv_comm) }?;
-        // Host memory only: data is visible once the receive completed; nothing to flush.
-        out("request", request, core::ptr::null_mut())
+        let c = unsafe { transport::comm_ref(recv_comm) }?;
+        let n = usize::try_from(n).ok().filter(|n| *n <= plugin::MAX_RECVS).ok_or_else(|| {
+            Error::Usage(format!("iflush with n={n} (must be 0..={})", plugin::MAX_RECVS))
+        })?;
+        if n > 0 && (data.is_null() || sizes.is_null() || mhandles.is_null()) {
+            return Err(Error::Usage("iflush with a NULL array".into()));
+        }
+        let mut bufs = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: NCCL passes arrays of n elements each (checked non-NULL above).
+            let (d, s, m) = unsafe { (*data.add(i), *sizes.add(i), *mhandles.add(i)) };
+            // SAFETY: NULL or an mhandle of ours (checked by its magic).
+            let m = unsafe { transport::mr_ref(m) }?;
+            bufs.push((d as u64, u32::try_from(s).unwrap_or(0), m));
+        }
+        let r = c.iflush(&bufs)?;
+        out("request", request, r.map_or(core::ptr::null_mut(), |r| r.cast()))
     })
 }
 

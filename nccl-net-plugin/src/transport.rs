@@ -46,6 +46,7 @@ const RECV_REQS: usize = SLOTS;
 const WR_SEND: u64 = 0;
 const WR_RECV: u64 = 1 << 62;
 const WR_CTS: u64 = 2 << 62;
+const WR_FLUSH: u64 = 3 << 62;
 const WR_KIND: u64 = 3 << 62;
 
 // ---------------------------------------------------------------------------------------------
@@ -125,7 +126,6 @@ impl Endpoint {
 
     /// INIT -> RTR -> RTS against the peer's QPs.
     fn connect_qps(&self, peer: &QpMeta) -> Result<()> {
-        let cfg = &plugin::get()?.config;
         if peer.qpns.len() != self.qps.len() {
             return Err(Error::Remote(format!(
                 "peer has {} QPs, this side {}",
@@ -133,8 +133,17 @@ impl Endpoint {
                 self.qps.len()
             )));
         }
-        let mtu = mtu_code(self.dev.active_mtu.min(peer.mtu));
         for (qp, &remote_qpn) in self.qps.iter().zip(&peer.qpns) {
+            self.connect_qp(qp, remote_qpn, peer)?;
+        }
+        Ok(())
+    }
+
+    /// One QP: INIT -> RTR -> RTS against `remote_qpn` on the peer described by `peer`.
+    fn connect_qp(&self, qp: &Qp, remote_qpn: u32, peer: &QpMeta) -> Result<()> {
+        let cfg = &plugin::get()?.config;
+        let mtu = mtu_code(self.dev.active_mtu.min(peer.mtu));
+        {
             let mut ah = ibv_ah_attr {
                 dlid: peer.lid,
                 sl: cfg.service_level,
@@ -192,6 +201,26 @@ impl Endpoint {
             )?;
         }
         Ok(())
+    }
+
+    /// A QP connected to itself with a 4-byte landing buffer, for flushes (RDMA READ of received
+    /// data through the NIC).
+    fn flush_qp(&self) -> Result<FlushQp> {
+        let caps = QpCaps { max_send_wr: 2 * SLOTS as u32, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        let qp = Qp::new_rc(&self.pd, &self.cq, &self.cq, caps)?;
+        let cfg = &plugin::get()?.config;
+        let mut a = ibv_qp_attr {
+            qp_state: IBV_QPS_INIT,
+            pkey_index: cfg.pkey_index,
+            port_num: self.dev.port,
+            qp_access_flags: IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE,
+            ..Default::default()
+        };
+        qp.modify(&mut a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)?;
+        let me = self.meta(0, 0, false);
+        self.connect_qp(&qp, qp.qpn(), &me)?;
+        let buf = RegBuf::new(&self.pd, 4, IBV_ACCESS_LOCAL_WRITE)?;
+        Ok(FlushQp { qp, buf })
     }
 }
 
@@ -261,6 +290,10 @@ enum ReqState {
         done: bool,
         sizes: [u32; MAX_RECVS],
     },
+    /// A flush: a 1-byte RDMA READ on the loopback flush QP.
+    Flush {
+        done: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -321,6 +354,15 @@ pub struct Comm {
     peer: SocketAddr,
     handles: Box<[ReqHandle]>,
     inner: Mutex<Inner>,
+    /// Receive side with GPUDirect RDMA (or `FERRO_FLUSH_HOST`): a QP connected to itself, used
+    /// to read back one byte of received data so it is visible before NCCL consumes it.
+    flush: Option<FlushQp>,
+}
+
+#[derive(Debug)]
+struct FlushQp {
+    qp: Qp,
+    buf: RegBuf,
 }
 
 // SAFETY: the raw pointers inside (request handles' back-pointers to this comm, verbs objects)
@@ -330,7 +372,7 @@ unsafe impl Send for Comm {}
 unsafe impl Sync for Comm {}
 
 impl Comm {
-    fn new(ep: Endpoint, side: Side, split: bool, sock: TcpStream, peer: SocketAddr) -> Box<Comm> {
+    fn new(ep: Endpoint, side: Side, split: bool, sock: TcpStream, peer: SocketAddr, flush: Option<FlushQp>) -> Box<Comm> {
         let nreq = match side {
             Side::Send { .. } => SEND_REQS,
             Side::Recv { .. } => RECV_REQS,
@@ -359,6 +401,7 @@ impl Comm {
             peer,
             handles: Box::new([]),
             inner: Mutex::new(inner),
+            flush,
         });
         let me: *const Comm = &*c;
         c.handles = (0..nreq as u32)
@@ -462,6 +505,12 @@ impl Comm {
                                 *s = sizes;
                             }
                             inner.recv_posted -= 1;
+                        }
+                    }
+                    WR_FLUSH => {
+                        let idx = (wc.wr_id & !WR_KIND) as usize;
+                        if let Some(ReqState::Flush { done }) = inner.reqs.get_mut(idx) {
+                            *done = true;
                         }
                     }
                     _ => {} // CTS writes: nothing to do.
@@ -766,6 +815,51 @@ impl Comm {
         Ok(Some(self.req_ptr(idx)))
     }
 
+    /// `iflush`: makes received data visible to the GPU by reading one byte of the last non-empty
+    /// buffer back through the NIC on the loopback flush QP. `Ok(None)` when there is nothing to
+    /// flush: host memory (unless `FERRO_FLUSH_HOST=1`), only empty buffers, or flushing disabled
+    /// (`NCCL_GDR_FLUSH_DISABLE=1`, or no GPUDirect RDMA on this device).
+    pub fn iflush(&self, bufs: &[(u64, u32, Option<&MrHandle>)]) -> Result<Option<*mut ReqHandle>> {
+        if !matches!(self.side, Side::Recv { .. }) {
+            return Err(Error::Usage("iflush on a send comm".into()));
+        }
+        let Some(flush) = &self.flush else { return Ok(None) };
+        let flush_host = plugin::get().is_ok_and(|p| p.config.flush_host);
+        let target = bufs
+            .iter()
+            .rev()
+            .find(|(_, size, mh)| *size > 0 && mh.is_some_and(|m| m.kind() != MemKind::Host || flush_host));
+        let Some(&(addr, _, Some(mh))) = target else { return Ok(None) };
+        let mut g = self.lock()?;
+        let inner = &mut *g;
+        if let Some(e) = &inner.error {
+            return Err(e.clone());
+        }
+        if inner.free.is_empty() {
+            return Ok(None);
+        }
+        let idx = self.alloc(inner, ReqState::Flush { done: false })?;
+        let mut sge = ibv_sge { addr: flush.buf.addr(0), length: 1, lkey: flush.buf.mr.lkey() };
+        let mut wr = ibv_send_wr {
+            wr_id: WR_FLUSH | u64::from(idx),
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: IBV_WR_RDMA_READ,
+            send_flags: IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        wr.wr.rdma = ibv_rdma_info { remote_addr: addr, rkey: mh.rkey() };
+        // SAFETY: the SGE names the comm's own registered 4-byte landing buffer; the remote side
+        // is the caller's registered receive buffer (valid until NCCL deregisters it, after the
+        // flush completes).
+        if let Err(e) = unsafe { flush.qp.post_send(&mut wr) } {
+            inner.reqs[idx as usize] = ReqState::Free;
+            inner.free.push(idx);
+            return Err(Error::System(format!("{}: flush: {e}", self.describe())));
+        }
+        Ok(Some(self.req_ptr(idx)))
+    }
+
     /// `test`: `Some(sizes)` when done (the request is then freed).
     fn test(&self, idx: u32) -> Result<Option<([u32; MAX_RECVS], usize)>> {
         let mut g = self.lock()?;
@@ -779,6 +873,7 @@ impl Comm {
                 sizes,
                 ..
             } => Some((sizes, usize::from(n))),
+            ReqState::Flush { done: true } => Some(([0; MAX_RECVS], 0)),
             _ => None,
         };
         if inner.reqs.get(i).copied() == Some(ReqState::Free) || i >= inner.reqs.len() {
@@ -814,39 +909,125 @@ impl Comm {
 // ---------------------------------------------------------------------------------------------
 // Memory registration
 
+/// What memory a registration covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemKind {
+    Host,
+    /// CUDA memory registered by address (nvidia-peermem).
+    Cuda,
+    /// CUDA memory registered through a DMA-BUF file descriptor.
+    DmaBuf,
+}
+
 /// A registration handed to NCCL as `mhandle`.
 #[derive(Debug)]
 #[repr(C)]
 pub struct MrHandle {
     magic: u64,
-    mr: Mr,
+    mr: Arc<Mr>,
+    /// The cache entry this handle holds a reference on (None for DMA-BUF registrations).
+    key: Option<crate::mrcache::Key>,
+    dev: &'static NetDevice,
+    kind: MemKind,
 }
 
-/// `regMr` for host memory.
+impl MrHandle {
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey()
+    }
+    pub fn kind(&self) -> MemKind {
+        self.kind
+    }
+}
+
+fn reg_access() -> u32 {
+    let base = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    if relaxed_ordering() { base | IBV_ACCESS_RELAXED_ORDERING } else { base }
+}
+
+/// Whether registrations ask for PCIe relaxed ordering.
+pub fn relaxed_ordering() -> bool {
+    plugin::get().is_ok_and(|p| plugin::relaxed_ordering(&p.config))
+}
+
+/// `regMr`: host memory, or CUDA memory through nvidia-peermem. Registrations go through the
+/// device's cache, so a sub-range of a registered range (or another buffer in the same pages)
+/// costs a reference count, not a registration.
 pub fn reg_mr(comm: &Comm, data: u64, size: usize, ptr_type: i32) -> Result<Box<MrHandle>> {
-    if ptr_type != ferro_ffi::NCCL_PTR_HOST {
-        return Err(Error::Usage(format!(
-            "{}: regMr of {} memory (type {ptr_type}): this device advertises host memory only (GPUDirect RDMA unavailable); NCCL should stage through host buffers",
-            comm.ep.dev.ibdev,
-            if ptr_type == ferro_ffi::NCCL_PTR_CUDA {
-                "CUDA"
-            } else {
-                "unknown"
+    let dev = comm.ep.dev;
+    let kind = match ptr_type {
+        ferro_ffi::NCCL_PTR_HOST => MemKind::Host,
+        ferro_ffi::NCCL_PTR_CUDA => {
+            if !dev.gdr.peermem.is_usable() {
+                return Err(Error::Usage(format!(
+                    "{}: regMr of CUDA memory refused: nvidia-peermem path unavailable ({}); {}",
+                    dev.ibdev,
+                    dev.gdr.peermem.reasons().join(", "),
+                    dev.gdr.summary
+                )));
             }
-        )));
+            MemKind::Cuda
+        }
+        other => return Err(Error::Usage(format!("{}: regMr with unknown memory type {other}", dev.ibdev))),
+    };
+    if data == 0 {
+        return Err(Error::Usage(format!("regMr of a NULL buffer ({size} bytes)")));
     }
-    if data == 0 || size == 0 {
+    let addr = usize::try_from(data).map_err(|_| Error::Usage("address out of range".into()))?;
+    let pd = comm.ep.pd.clone();
+    let access = reg_access();
+    let mut cache = dev.cache.lock().map_err(|_| Error::Internal("registration cache poisoned".into()))?;
+    let (mr, key) = cache.acquire(addr, size, |start, len| {
+        // SAFETY: NCCL keeps the buffer allocated until deregMr (its documented contract), and the
+        // cache holds the registration only while some handle over these pages is alive; the
+        // page-rounded range lies in the same mapping as the buffer.
+        unsafe { Mr::reg(&pd, start as *mut core::ffi::c_void, len, access) }
+    })?;
+    Ok(Box::new(MrHandle { magic: MR_MAGIC, mr, key: Some(key), dev, kind }))
+}
+
+/// `regMrDmaBuf`: CUDA memory through a DMA-BUF file descriptor (NCCL closes `fd` after the
+/// call; the registration keeps what it needs).
+pub fn reg_mr_dmabuf(comm: &Comm, data: u64, size: usize, ptr_type: i32, offset: u64, fd: i32) -> Result<Box<MrHandle>> {
+    let dev = comm.ep.dev;
+    if ptr_type == ferro_ffi::NCCL_PTR_HOST && fd < 0 {
+        return reg_mr(comm, data, size, ptr_type);
+    }
+    if !dev.gdr.dmabuf.is_usable() {
         return Err(Error::Usage(format!(
-            "regMr of an empty or NULL buffer ({data:#x}, {size} bytes)"
+            "{}: regMrDmaBuf refused: DMA-BUF path unavailable ({}); {}",
+            dev.ibdev,
+            dev.gdr.dmabuf.reasons().join(", "),
+            dev.gdr.summary
         )));
     }
-    let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    // SAFETY: NCCL guarantees the buffer stays allocated until deregMr (its documented contract).
-    let mr = unsafe { Mr::reg(&comm.ep.pd, data as *mut core::ffi::c_void, size, access) }?;
-    Ok(Box::new(MrHandle {
-        magic: MR_MAGIC,
-        mr,
-    }))
+    // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range; the registration pins it.
+    let mr = unsafe { Mr::reg_dmabuf(&comm.ep.pd, offset, size, data, fd, reg_access()) }?;
+    Ok(Box::new(MrHandle { magic: MR_MAGIC, mr: Arc::new(mr), key: None, dev, kind: MemKind::DmaBuf }))
+}
+
+/// `deregMr`: drops the handle's reference; the registration goes when the last one does.
+///
+/// # Safety
+/// `p` must be NULL or an `mhandle` returned by `regMr`/`regMrDmaBuf`, not yet deregistered.
+pub unsafe fn dereg_mr(p: *mut core::ffi::c_void) -> Result<()> {
+    // SAFETY: forwarded contract.
+    if unsafe { magic_of(p) } != Some(MR_MAGIC) {
+        return Err(Error::Usage("deregMr of a pointer that is not a memory handle of this plugin".into()));
+    }
+    // SAFETY: allocated by Box::into_raw in the shim; deregMr ends its life exactly once.
+    let h = unsafe { Box::from_raw(p.cast::<MrHandle>()) };
+    let freed = match h.key {
+        Some(key) => {
+            let mut cache = h.dev.cache.lock().map_err(|_| Error::Internal("registration cache poisoned".into()))?;
+            cache.release(key)
+        }
+        None => None,
+    };
+    // The MR itself is deregistered here, outside the cache lock, when the last Arc goes.
+    drop(freed);
+    drop(h);
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -891,6 +1072,7 @@ struct Pending {
     ep: Option<Endpoint>,
     side: Option<Side>,
     split: bool,
+    flush: Option<FlushQp>,
     last_progress: Instant,
 }
 
@@ -1004,6 +1186,10 @@ impl Pending {
                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
                 )?;
                 ep.connect_qps(&meta)?;
+                let gdr_flush = self.dev.gdr.is_on() && !cfg.gdr_flush_disable;
+                if gdr_flush || cfg.flush_host {
+                    self.flush = Some(ep.flush_qp()?);
+                }
                 self.out =
                     wire::encode(&Msg::Accept(ep.meta(sizes.addr(0), sizes.mr.rkey(), split)));
                 self.side = Some(Side::Recv {
@@ -1055,7 +1241,7 @@ impl Pending {
             .ep
             .ok_or_else(|| Error::Internal("no endpoint".into()))?;
         let side = self.side.ok_or_else(|| Error::Internal("no side".into()))?;
-        Ok(Comm::new(ep, side, self.split, self.sock, self.peer))
+        Ok(Comm::new(ep, side, self.split, self.sock, self.peer, self.flush))
     }
 }
 
@@ -1138,6 +1324,7 @@ pub fn connect(dev_index: i32, h: &mut [u8; HANDLE_SIZE]) -> Result<Option<Box<C
                 peer_sizes: (0, 0),
             }),
             split,
+            flush: None,
             last_progress: Instant::now(),
         }
     } else {
@@ -1202,6 +1389,7 @@ impl ListenComm {
                         ep: None,
                         side: None,
                         split: false,
+                        flush: None,
                         last_progress: Instant::now(),
                     });
                 }
@@ -1331,8 +1519,6 @@ pub unsafe fn close(p: *mut core::ffi::c_void, want: &[u64]) -> Result<()> {
             // Make any use-after-close detectable rather than silently valid.
             drop(c);
         }
-        // SAFETY: as above, for a memory handle from regMr.
-        MR_MAGIC => drop(unsafe { Box::from_raw(p.cast::<MrHandle>()) }),
         _ => return Err(Error::Usage("close of an unknown object".into())),
     }
     Ok(())
@@ -1346,11 +1532,5 @@ pub const MAGIC_MR: u64 = MR_MAGIC;
 impl Comm {
     pub fn is_send(&self) -> bool {
         self.magic == SEND_MAGIC
-    }
-}
-
-impl MrHandle {
-    pub fn rkey(&self) -> u32 {
-        self.mr.rkey()
     }
 }

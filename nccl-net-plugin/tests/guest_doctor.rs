@@ -31,6 +31,7 @@ fn doctor_lists_both_devices_with_gid_tables_and_verdicts() {
         "0000:0000:0000:0000:0000:ffff:c000:0202",
         "2001:0db8:0000:0000:0000:0000:0000:0002",
         "GID choice: auto",
+        "rxe0: GPUDirect RDMA off: provider rejects dma-buf (EOPNOTSUPP)",
     ] {
         assert!(text.contains(needle), "doctor output lacks {needle:?}");
     }

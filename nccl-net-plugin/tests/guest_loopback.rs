@@ -5,98 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
-use ferro_ffi::{ncclNetProperties_v8_t, ncclResult_t};
+use ferro_ffi::ncclNetProperties_v8_t;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use std::ptr::null_mut;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-fn ok(r: ncclResult_t, what: &str) {
-    assert_eq!(r, ncclResult_t::Success, "{what}");
-}
-
-/// The device under test: `FERRO_TEST_DEV` (default rxe0).
-fn test_dev() -> c_int {
-    let want = std::env::var("FERRO_TEST_DEV").unwrap_or_else(|_| "rxe0".into());
-    assert!(
-        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
-        "needs the soft-RoCE guest (run the README's test command)"
-    );
-    // SAFETY: calling the plugin's own table as NCCL would.
-    unsafe {
-        ok(NET.init.unwrap()(None), "init");
-        let mut n = 0;
-        ok(NET.devices.unwrap()(&mut n), "devices");
-        for d in 0..n {
-            let mut p: ncclNetProperties_v8_t = std::mem::zeroed();
-            ok(NET.getProperties.unwrap()(d, &mut p), "props");
-            if std::ffi::CStr::from_ptr(p.name).to_bytes() == want.as_bytes() {
-                return d;
-            }
-        }
-    }
-    panic!("{want} not among the plugin's devices");
-}
-
-struct Pair {
-    send: *mut c_void,
-    recv: *mut c_void,
-    listen: *mut c_void,
-}
-
-fn pair(dev: c_int) -> Pair {
-    let mut handle = [0u8; 128];
-    let mut listen: *mut c_void = null_mut();
-    let (mut s, mut r): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    // SAFETY: table calls with valid out-pointers.
-    unsafe {
-        ok(
-            NET.listen.unwrap()(dev, handle.as_mut_ptr().cast(), &mut listen),
-            "listen",
-        );
-        while s.is_null() || r.is_null() {
-            assert!(Instant::now() < deadline, "connect/accept did not finish");
-            if s.is_null() {
-                ok(
-                    NET.connect.unwrap()(dev, handle.as_mut_ptr().cast(), &mut s, null_mut()),
-                    "connect",
-                );
-            }
-            if r.is_null() {
-                ok(NET.accept.unwrap()(listen, &mut r, null_mut()), "accept");
-            }
-        }
-    }
-    Pair {
-        send: s,
-        recv: r,
-        listen,
-    }
-}
-
-fn wait(req: *mut c_void, sizes: &mut [c_int]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut done = 0;
-    while done == 0 {
-        assert!(Instant::now() < deadline, "request did not complete");
-        // SAFETY: req came from isend/irecv.
-        ok(
-            unsafe { NET.test.unwrap()(req, &mut done, sizes.as_mut_ptr()) },
-            "test",
-        );
-    }
-}
-
-fn pattern(seed: u32, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed)
-                .to_le_bytes()[1]
-        })
-        .collect()
-}
+mod common;
+use common::*;
 
 #[test]
 fn loopback_sweep_groups_and_zero_bytes() {
@@ -247,6 +162,43 @@ fn transfer_sweep() {
     }
 }
 
+/// Child: a transfer, then `iflush` on the received buffer must give a request that completes
+/// (the loopback QP's 1-byte RDMA READ), or NULL when flushing does not apply.
+fn child_flush() {
+    let dev = test_dev();
+    let p = pair(dev);
+    let len = 1 << 16;
+    let mut src = vec![7u8; len];
+    let mut dst = vec![0u8; len];
+    let (mut smr, mut rmr): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+    let (mut rreq, mut sreq, mut freq): (*mut c_void, *mut c_void, *mut c_void) = (null_mut(), null_mut(), null_mut());
+    // SAFETY: table calls; buffers outlive their registrations.
+    unsafe {
+        ok(NET.regMr.unwrap()(p.send, src.as_mut_ptr().cast(), len, 1, &mut smr), "regMr");
+        ok(NET.regMr.unwrap()(p.recv, dst.as_mut_ptr().cast(), len, 1, &mut rmr), "regMr");
+        let mut d = [dst.as_mut_ptr().cast::<c_void>()];
+        let mut sz = [len as c_int];
+        let mut tg = [0];
+        let mut mh = [rmr];
+        while rreq.is_null() {
+            ok(NET.irecv.unwrap()(p.recv, 1, d.as_mut_ptr(), sz.as_mut_ptr(), tg.as_mut_ptr(), mh.as_mut_ptr(), &mut rreq), "irecv");
+        }
+        while sreq.is_null() {
+            ok(NET.isend.unwrap()(p.send, src.as_mut_ptr().cast(), len as c_int, 0, smr, &mut sreq), "isend");
+        }
+        wait(sreq, &mut [0]);
+        wait(rreq, &mut [0]);
+        ok(NET.iflush.unwrap()(p.recv, 1, d.as_mut_ptr(), sz.as_mut_ptr(), mh.as_mut_ptr(), &mut freq), "iflush");
+    }
+    if freq.is_null() {
+        println!("CHILD-RESULT flush=none");
+    } else {
+        wait(freq, &mut [0; 8]);
+        println!("CHILD-RESULT flush=done");
+    }
+    assert!(dst.iter().all(|b| *b == 7));
+}
+
 /// What a child process of [`settings_matrix`] does.
 fn child_devices() {
     // SAFETY: calling the plugin's own table as NCCL would.
@@ -283,7 +235,21 @@ const MATRIX: &[Case] = &[
     Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "8"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "0")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=8 NCCL_IB_SPLIT_DATA_ON_QPS=0"] },
     Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "8"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "1")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=8 NCCL_IB_SPLIT_DATA_ON_QPS=1"] },
     // GID choice on rxe1 (IPv4 192.0.2.2 and IPv6 2001:db8::2 on dummy1), traffic over it.
-    Case { env: &[("FERRO_TEST_DEV", "rxe1")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 1 (::ffff:192.0.2.2)"] },
+    Case {
+        env: &[("FERRO_TEST_DEV", "rxe1")],
+        kind: "transfer",
+        expect: &[
+            "rxe1:1/RoCE via dummy1 GID 1 (::ffff:192.0.2.2)",
+            // GPUDirect RDMA state, one sentence per device.
+            "rxe0: GPUDirect RDMA off: provider rejects dma-buf (EOPNOTSUPP)",
+            "rxe1: GPUDirect RDMA off: provider rejects dma-buf (EOPNOTSUPP)",
+            "NCCL will stage through host memory",
+        ],
+    },
+    // Flush: host memory needs none; FERRO_FLUSH_HOST=1 exercises the loopback-QP RDMA READ.
+    Case { env: &[], kind: "flush", expect: &["CHILD-RESULT flush=none"] },
+    Case { env: &[("FERRO_FLUSH_HOST", "1")], kind: "flush", expect: &["CHILD-RESULT flush=done"] },
+    Case { env: &[("FERRO_FLUSH_HOST", "1"), ("NCCL_IB_QPS_PER_CONNECTION", "4")], kind: "flush", expect: &["CHILD-RESULT flush=done"] },
     Case { env: &[("FERRO_TEST_DEV", "rxe1"), ("NCCL_IB_ADDR_FAMILY", "AF_INET6")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)"] },
     Case { env: &[("FERRO_TEST_DEV", "rxe1"), ("NCCL_IB_GID_INDEX", "2")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)", "rxe0:1/RoCE via lo GID 2 (::1)"] },
     // Per-device override: rxe1 uses index 2, rxe0 keeps the automatic IPv4 choice.
@@ -305,6 +271,7 @@ fn settings_matrix() {
     match std::env::var("FERRO_MATRIX_CHILD").as_deref() {
         Ok("transfer") => return transfer_sweep(),
         Ok("devices") => return child_devices(),
+        Ok("flush") => return child_flush(),
         _ => {}
     }
     assert!(std::path::Path::new("/sys/class/infiniband/rxe1").exists(), "needs the soft-RoCE guest");

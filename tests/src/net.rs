@@ -1,0 +1,864 @@
+//! Loading the plugin the way NCCL does, and calling it only through its `ncclNet_v8_t` table.
+//!
+//! [`Net`] has one method per table entry. Each returns `Result<_, ncclResult_t>`; for the
+//! non-blocking entries `Ok(None)` is NCCL's "NULL, call again" answer (connect/accept/isend/
+//! irecv). The `*_blocking` helpers and [`Net::wait`] loop with a deadline and fail instead of
+//! hanging. Comms, registrations and requests are the plugin's raw pointers in small newtypes;
+//! closing or deregistering consumes them.
+
+use crate::buffer::Buffer;
+use crate::error::{HResult, HarnessError, NcclExt};
+use crate::handle::Handle;
+use crate::logger;
+use core::ffi::{CStr, c_char, c_int, c_void};
+use ferro_ffi::{
+    ncclDebugLogger_t, ncclNet_v8_t, ncclNetDeviceHandle_v8_t, ncclNetProperties_v8_t, ncclResult_t,
+};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A plugin call's outcome: the value, or the non-success code it returned.
+pub type NetResult<T> = Result<T, ncclResult_t>;
+
+/// File name of the plugin in the cargo target profile directory.
+pub const PLUGIN_FILE: &str = "libnccl_net_ferro.so";
+/// Environment variable naming the plugin to load instead.
+pub const PLUGIN_ENV: &str = "FERRO_PLUGIN_SO";
+/// What to do when the plugin is not built.
+pub const BUILD_HINT: &str = "build the plugin first: cargo build -p nccl-net-plugin";
+/// The exported table's symbol.
+pub const SYMBOL: &CStr = c"ncclNetPlugin_v8";
+
+/// Value the harness stores in integer property fields before `getProperties`, to see which
+/// fields the plugin did not fill.
+pub const PROP_UNSET: c_int = -0x5a5a_5a5b;
+/// Value stored in each `sizes[]` slot before `test`.
+pub const SIZE_UNSET: c_int = -0x3c3c_3c3d;
+/// Extra `sizes[]` slots past `n` that `test` must leave alone.
+const SIZES_GUARD: usize = 8;
+
+/// The cargo profile directory (`target/<profile>`) of an executable in it or in its `deps/`.
+pub fn profile_dir(exe: &Path) -> Option<PathBuf> {
+    let parent = exe.parent()?;
+    if parent.file_name().is_some_and(|n| n == "deps") {
+        parent.parent().map(Path::to_path_buf)
+    } else {
+        Some(parent.to_path_buf())
+    }
+}
+
+/// Where the plugin is: `$FERRO_PLUGIN_SO`, else `libnccl_net_ferro.so` in the profile directory
+/// of the running executable. Errors say how to fix it.
+pub fn plugin_path() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(PLUGIN_ENV).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("{PLUGIN_ENV}={} does not name a file", p.display()))
+        };
+    }
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the running executable: {e}"))?;
+    let dir =
+        profile_dir(&exe).ok_or_else(|| format!("no profile directory above {}", exe.display()))?;
+    let p = dir.join(PLUGIN_FILE);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        let release = if dir.file_name().is_some_and(|n| n == "release") {
+            " --release"
+        } else {
+            ""
+        };
+        Err(format!(
+            "{} is missing: {BUILD_HINT}{release} (or set {PLUGIN_ENV})",
+            p.display()
+        ))
+    }
+}
+
+/// `getProperties` output, with the strings copied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Properties {
+    pub name: Option<String>,
+    pub pci_path: Option<String>,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub reg_is_global: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: f32,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+}
+
+impl Properties {
+    fn unset_raw() -> ncclNetProperties_v8_t {
+        ncclNetProperties_v8_t {
+            name: std::ptr::null_mut(),
+            pciPath: std::ptr::null_mut(),
+            guid: 0x5a5a_5a5a_5a5a_5a5a,
+            ptrSupport: PROP_UNSET,
+            regIsGlobal: PROP_UNSET,
+            speed: PROP_UNSET,
+            port: PROP_UNSET,
+            latency: f32::NAN,
+            maxComms: PROP_UNSET,
+            maxRecvs: PROP_UNSET,
+            netDeviceType: PROP_UNSET,
+            netDeviceVersion: PROP_UNSET,
+        }
+    }
+
+    /// Fields still holding the harness's "unset" markers.
+    pub fn unset_fields(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let ints = [
+            ("ptrSupport", self.ptr_support),
+            ("regIsGlobal", self.reg_is_global),
+            ("speed", self.speed),
+            ("port", self.port),
+            ("maxComms", self.max_comms),
+            ("maxRecvs", self.max_recvs),
+            ("netDeviceType", self.net_device_type),
+            ("netDeviceVersion", self.net_device_version),
+        ];
+        for (name, value) in ints {
+            if value == PROP_UNSET {
+                v.push(name);
+            }
+        }
+        if self.guid == 0x5a5a_5a5a_5a5a_5a5a {
+            v.push("guid");
+        }
+        if self.latency.is_nan() {
+            v.push("latency");
+        }
+        if self.name.is_none() {
+            v.push("name");
+        }
+        v
+    }
+}
+
+fn c_string(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: getProperties' contract: name/pciPath are NULL or NUL-terminated strings that stay
+    // valid until the plugin is unloaded, and the harness never unloads it.
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// A listen comm (`listen`'s out-pointer).
+#[derive(Debug)]
+pub struct ListenComm(*mut c_void);
+/// A send comm (`connect`'s out-pointer).
+#[derive(Debug)]
+pub struct SendComm(*mut c_void);
+/// A receive comm (`accept`'s out-pointer).
+#[derive(Debug)]
+pub struct RecvComm(*mut c_void);
+/// A memory registration (`regMr`'s mhandle).
+#[derive(Debug)]
+pub struct Mr(*mut c_void);
+
+/// An outstanding request from `isend`/`irecv`. `n` is the number of buffers (1 for a send).
+#[derive(Debug)]
+pub struct Request {
+    ptr: *mut c_void,
+    n: usize,
+}
+
+impl ListenComm {
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.0
+    }
+}
+impl Mr {
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.0
+    }
+}
+impl Request {
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+    /// Number of buffers (sizes reported by `test`).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+}
+
+/// A send or receive comm (what `regMr`/`deregMr` accept).
+pub trait Comm {
+    fn as_ptr(&self) -> *mut c_void;
+}
+impl Comm for SendComm {
+    fn as_ptr(&self) -> *mut c_void {
+        self.0
+    }
+}
+impl Comm for RecvComm {
+    fn as_ptr(&self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// One buffer of a (possibly grouped) receive.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvSlot<'a> {
+    pub buf: &'a Buffer,
+    pub offset: usize,
+    /// Bytes posted (the most the sender may write).
+    pub len: usize,
+    pub tag: c_int,
+    pub mr: &'a Mr,
+}
+
+fn check(r: ncclResult_t) -> NetResult<()> {
+    if r == ncclResult_t::Success {
+        Ok(())
+    } else {
+        Err(r)
+    }
+}
+
+fn entry<T: Copy>(f: Option<T>, name: &str) -> T {
+    match f {
+        Some(f) => f,
+        None => panic!("the plugin's ncclNetPlugin_v8.{name} is NULL"),
+    }
+}
+
+fn c_size(len: usize) -> c_int {
+    match c_int::try_from(len) {
+        Ok(v) => v,
+        Err(_) => panic!("{len} bytes does not fit the v8 ABI's int size"),
+    }
+}
+
+/// The loaded plugin.
+#[derive(Debug)]
+pub struct Net {
+    table: *const ncclNet_v8_t,
+    path: PathBuf,
+}
+
+// SAFETY: `table` points at the plugin's immutable exported static in a library that is never
+// unloaded (the harness never calls dlclose); NCCL itself calls the table from several threads,
+// so its entries must be callable from any thread.
+unsafe impl Send for Net {}
+// SAFETY: as above; `Net` has no interior mutability.
+unsafe impl Sync for Net {}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a thread-local NUL-terminated message, copied at once.
+    let m = unsafe { libc::dlerror() };
+    if m.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: non-NULL and NUL-terminated (see above).
+        unsafe { CStr::from_ptr(m) }.to_string_lossy().into_owned()
+    }
+}
+
+impl Net {
+    /// Loads the plugin found by [`plugin_path`].
+    pub fn load() -> Result<Net, String> {
+        Self::load_from(&plugin_path()?)
+    }
+
+    /// The process-wide instance ([`Net::load`] once).
+    pub fn global() -> Result<&'static Net, String> {
+        static NET: OnceLock<Result<Net, String>> = OnceLock::new();
+        NET.get_or_init(Net::load).as_ref().map_err(Clone::clone)
+    }
+
+    /// `dlopen(path, RTLD_NOW|RTLD_LOCAL)` + `dlsym("ncclNetPlugin_v8")`. The library is never closed.
+    pub fn load_from(path: &Path) -> Result<Net, String> {
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| format!("NUL in {}", path.display()))?;
+        // SAFETY: c is NUL-terminated; loading runs the plugin's initialisers, as NCCL's dlopen does.
+        let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if lib.is_null() {
+            return Err(format!(
+                "dlopen({}, RTLD_NOW|RTLD_LOCAL) failed: {}",
+                path.display(),
+                dl_error()
+            ));
+        }
+        // SAFETY: lib is a live handle; the symbol name is NUL-terminated.
+        let sym = unsafe { libc::dlsym(lib, SYMBOL.as_ptr()) };
+        if sym.is_null() {
+            return Err(format!(
+                "{} does not export ncclNetPlugin_v8: {}",
+                path.display(),
+                dl_error()
+            ));
+        }
+        Ok(Net {
+            table: sym.cast::<ncclNet_v8_t>().cast_const(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Looks up another symbol of the plugin (NULL if absent).
+    pub fn dlsym(&self, name: &CStr) -> *mut c_void {
+        let c = match CString::new(self.path.as_os_str().as_bytes()) {
+            Ok(c) => c,
+            Err(_) => return std::ptr::null_mut(),
+        };
+        // SAFETY: RTLD_NOLOAD returns the existing handle of the already-loaded library (or NULL);
+        // the extra reference is never released, like the first one.
+        let lib = unsafe {
+            libc::dlopen(
+                c.as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NOLOAD,
+            )
+        };
+        if lib.is_null() {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: live handle, NUL-terminated name.
+        unsafe { libc::dlsym(lib, name.as_ptr()) }
+    }
+
+    /// The exported table (for calls the wrapper does not offer, such as deliberate NULLs).
+    pub fn table(&self) -> &ncclNet_v8_t {
+        // SAFETY: the symbol is the plugin's `ncclNet_v8_t` static (its ABI type), immutable, in a
+        // library that is never unloaded.
+        unsafe { &*self.table }
+    }
+
+    /// The loaded file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The table's `name`.
+    pub fn name(&self) -> Option<String> {
+        c_string(self.table().name)
+    }
+
+    /// `init` with the harness's recording C logger.
+    pub fn init(&self) -> NetResult<()> {
+        self.init_with(logger::nccl_logger())
+    }
+
+    /// `init` with any logger (or NULL).
+    pub fn init_with(&self, logger: ncclDebugLogger_t) -> NetResult<()> {
+        let f = entry(self.table().init, "init");
+        // SAFETY: the argument is NULL or a C variadic logger valid for the whole process.
+        check(unsafe { f(logger) })
+    }
+
+    /// `devices`.
+    pub fn devices(&self) -> NetResult<c_int> {
+        let f = entry(self.table().devices, "devices");
+        let mut n: c_int = PROP_UNSET;
+        // SAFETY: valid out-pointer.
+        check(unsafe { f(&mut n) })?;
+        Ok(n)
+    }
+
+    /// `getProperties`, with unfilled fields left at [`PROP_UNSET`] (see [`Properties::unset_fields`]).
+    pub fn get_properties(&self, dev: c_int) -> NetResult<Properties> {
+        let f = entry(self.table().getProperties, "getProperties");
+        let mut p = Properties::unset_raw();
+        // SAFETY: valid out-pointer to a v8 properties struct.
+        check(unsafe { f(dev, &mut p) })?;
+        Ok(Properties {
+            name: c_string(p.name),
+            pci_path: c_string(p.pciPath),
+            guid: p.guid,
+            ptr_support: p.ptrSupport,
+            reg_is_global: p.regIsGlobal,
+            speed: p.speed,
+            port: p.port,
+            latency: p.latency,
+            max_comms: p.maxComms,
+            max_recvs: p.maxRecvs,
+            net_device_type: p.netDeviceType,
+            net_device_version: p.netDeviceVersion,
+        })
+    }
+
+    /// The index of the device named `name`.
+    pub fn device_by_name(&self, name: &str) -> HResult<c_int> {
+        let n = self.devices().call("devices")?;
+        let mut seen = Vec::new();
+        for dev in 0..n {
+            let p = self.get_properties(dev).call("getProperties")?;
+            if p.name.as_deref() == Some(name) {
+                return Ok(dev);
+            }
+            seen.push(p.name.unwrap_or_else(|| "(NULL)".into()));
+        }
+        Err(HarnessError::Failed(format!(
+            "no device named {name}; the plugin has {seen:?}"
+        )))
+    }
+
+    /// `listen`: the handle to give to peers, and the listen comm.
+    pub fn listen(&self, dev: c_int) -> NetResult<(Handle, ListenComm)> {
+        let f = entry(self.table().listen, "listen");
+        let mut h = Handle::zeroed();
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: a 128-byte handle buffer (NCCL_NET_HANDLE_MAXSIZE) and a valid out-pointer.
+        check(unsafe { f(dev, h.as_mut_ptr(), &mut comm) })?;
+        assert!(
+            !comm.is_null(),
+            "listen returned success with a NULL listenComm (the contract forbids it)"
+        );
+        Ok((h, ListenComm(comm)))
+    }
+
+    /// `connect`: `Ok(None)` means "call again with the same handle buffer".
+    pub fn connect(&self, dev: c_int, handle: &mut Handle) -> NetResult<Option<SendComm>> {
+        let f = entry(self.table().connect, "connect");
+        let mut comm = std::ptr::null_mut();
+        let mut dev_comm: *mut ncclNetDeviceHandle_v8_t = std::ptr::null_mut();
+        // SAFETY: the handle is 128 writable bytes (the plugin may keep progress in it, as NCCL
+        // allows); both out-pointers are valid.
+        check(unsafe { f(dev, handle.as_mut_ptr(), &mut comm, &mut dev_comm) })?;
+        assert!(
+            dev_comm.is_null(),
+            "connect produced a device handle; a host plugin must leave it NULL"
+        );
+        Ok((!comm.is_null()).then_some(SendComm(comm)))
+    }
+
+    /// `accept`: `Ok(None)` means "call again".
+    pub fn accept(&self, listen: &ListenComm) -> NetResult<Option<RecvComm>> {
+        let f = entry(self.table().accept, "accept");
+        let mut comm = std::ptr::null_mut();
+        let mut dev_comm: *mut ncclNetDeviceHandle_v8_t = std::ptr::null_mut();
+        // SAFETY: a live listen comm and valid out-pointers.
+        check(unsafe { f(listen.0, &mut comm, &mut dev_comm) })?;
+        assert!(
+            dev_comm.is_null(),
+            "accept produced a device handle; a host plugin must leave it NULL"
+        );
+        Ok((!comm.is_null()).then_some(RecvComm(comm)))
+    }
+
+    /// `regMr` of `offset..offset+len` of `buf` with `type_` (`NCCL_PTR_HOST` for host memory).
+    pub fn reg_mr(
+        &self,
+        comm: &impl Comm,
+        buf: &Buffer,
+        offset: usize,
+        len: usize,
+        type_: c_int,
+    ) -> NetResult<Mr> {
+        let f = entry(self.table().regMr, "regMr");
+        let data = buf.ptr_at(offset, len);
+        let mut mh = std::ptr::null_mut();
+        // SAFETY: a live comm; the range lies in a Buffer that stays mapped for the life of the
+        // process; valid out-pointer.
+        check(unsafe { f(comm.as_ptr(), data, len, type_, &mut mh) })?;
+        Ok(Mr(mh))
+    }
+
+    /// `regMr` of a whole buffer as host memory.
+    pub fn reg_host(&self, comm: &impl Comm, buf: &Buffer) -> NetResult<Mr> {
+        self.reg_mr(comm, buf, 0, buf.len(), ferro_ffi::NCCL_PTR_TYPE_HOST)
+    }
+
+    /// `deregMr`.
+    pub fn dereg_mr(&self, comm: &impl Comm, mr: Mr) -> NetResult<()> {
+        let f = entry(self.table().deregMr, "deregMr");
+        // SAFETY: a live comm and an mhandle that regMr returned for it.
+        check(unsafe { f(comm.as_ptr(), mr.0) })
+    }
+
+    /// `isend` of `offset..offset+len` of `buf`: `Ok(None)` means "not posted, call again".
+    pub fn isend(
+        &self,
+        comm: &SendComm,
+        buf: &Buffer,
+        offset: usize,
+        len: usize,
+        tag: c_int,
+        mr: &Mr,
+    ) -> NetResult<Option<Request>> {
+        let f = entry(self.table().isend, "isend");
+        let data = buf.ptr_at(offset, len);
+        let mut req = std::ptr::null_mut();
+        // SAFETY: a live send comm; the data stays mapped for the life of the process, so the
+        // plugin may read it until the request completes or the comm is closed; valid out-pointer.
+        check(unsafe { f(comm.0, data, c_size(len), tag, mr.0, &mut req) })?;
+        Ok((!req.is_null()).then_some(Request { ptr: req, n: 1 }))
+    }
+
+    /// `irecv` of one or more buffers (a grouped receive when `slots.len() > 1`).
+    pub fn irecv(&self, comm: &RecvComm, slots: &[RecvSlot<'_>]) -> NetResult<Option<Request>> {
+        let f = entry(self.table().irecv, "irecv");
+        let mut data: Vec<*mut c_void> = slots
+            .iter()
+            .map(|s| s.buf.ptr_at(s.offset, s.len))
+            .collect();
+        let mut sizes: Vec<c_int> = slots.iter().map(|s| c_size(s.len)).collect();
+        let mut tags: Vec<c_int> = slots.iter().map(|s| s.tag).collect();
+        let mut mhs: Vec<*mut c_void> = slots.iter().map(|s| s.mr.0).collect();
+        let mut req = std::ptr::null_mut();
+        // SAFETY: a live recv comm; n arrays of n entries each, valid for the call (the plugin
+        // copies them, as NCCL passes stack arrays); the buffers stay mapped for the life of the
+        // process; valid out-pointer.
+        check(unsafe {
+            f(
+                comm.0,
+                c_size(slots.len()),
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                tags.as_mut_ptr(),
+                mhs.as_mut_ptr(),
+                &mut req,
+            )
+        })?;
+        Ok((!req.is_null()).then_some(Request {
+            ptr: req,
+            n: slots.len(),
+        }))
+    }
+
+    /// `irecv` of a single buffer.
+    pub fn irecv_one(
+        &self,
+        comm: &RecvComm,
+        buf: &Buffer,
+        offset: usize,
+        len: usize,
+        tag: c_int,
+        mr: &Mr,
+    ) -> NetResult<Option<Request>> {
+        self.irecv(
+            comm,
+            &[RecvSlot {
+                buf,
+                offset,
+                len,
+                tag,
+                mr,
+            }],
+        )
+    }
+
+    /// `test`: `(false, [])` while in flight; `(true, sizes)` once done (`sizes` has `n` entries
+    /// for a receive, 1 for a send). A done request is dead: do not test it again.
+    pub fn test(&self, req: &Request) -> NetResult<(bool, Vec<c_int>)> {
+        let f = entry(self.table().test, "test");
+        let n = req.n.max(1);
+        let mut done: c_int = -1;
+        let mut sizes = vec![SIZE_UNSET; n + SIZES_GUARD];
+        // SAFETY: a request the plugin returned and has not reported done; valid out-pointers, with
+        // room for n sizes plus a guard.
+        check(unsafe { f(req.ptr, &mut done, sizes.as_mut_ptr()) })?;
+        assert!(
+            sizes[n..].iter().all(|s| *s == SIZE_UNSET),
+            "test wrote sizes past the request's {n} buffer(s): {sizes:?}"
+        );
+        match done {
+            0 => Ok((false, Vec::new())),
+            1 => {
+                sizes.truncate(n);
+                Ok((true, sizes))
+            }
+            other => panic!("test returned success with *done = {other} (must be 0 or 1)"),
+        }
+    }
+
+    /// `test` with `sizes` = NULL (as NCCL's bootstrap and flush paths call it).
+    pub fn test_without_sizes(&self, req: &Request) -> NetResult<bool> {
+        let f = entry(self.table().test, "test");
+        let mut done: c_int = -1;
+        // SAFETY: a live request; a valid `done` pointer; `sizes` NULL is allowed by the contract.
+        check(unsafe { f(req.ptr, &mut done, std::ptr::null_mut()) })?;
+        match done {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => panic!("test returned success with *done = {other} (must be 0 or 1)"),
+        }
+    }
+
+    /// `closeSend`.
+    pub fn close_send(&self, comm: SendComm) -> NetResult<()> {
+        let f = entry(self.table().closeSend, "closeSend");
+        // SAFETY: a live send comm, consumed here.
+        check(unsafe { f(comm.0) })
+    }
+
+    /// `closeRecv`.
+    pub fn close_recv(&self, comm: RecvComm) -> NetResult<()> {
+        let f = entry(self.table().closeRecv, "closeRecv");
+        // SAFETY: a live recv comm, consumed here.
+        check(unsafe { f(comm.0) })
+    }
+
+    /// `closeListen`.
+    pub fn close_listen(&self, comm: ListenComm) -> NetResult<()> {
+        let f = entry(self.table().closeListen, "closeListen");
+        // SAFETY: a live listen comm, consumed here.
+        check(unsafe { f(comm.0) })
+    }
+
+    // ---- blocking helpers -------------------------------------------------------------------
+
+    /// Calls `connect` until it yields a comm; returns it and how many NULL answers came first.
+    pub fn connect_blocking_counted(
+        &self,
+        dev: c_int,
+        handle: &mut Handle,
+        timeout: Duration,
+    ) -> HResult<(SendComm, u64)> {
+        let mut b = Backoff::new("connect to return a send comm", timeout);
+        loop {
+            if let Some(c) = self.connect(dev, handle).call("connect")? {
+                return Ok((c, b.polls()));
+            }
+            b.pause()?;
+        }
+    }
+
+    /// Calls `connect` until it yields a comm (pass a fresh copy of the peer's handle per connection).
+    pub fn connect_blocking(
+        &self,
+        dev: c_int,
+        handle: &mut Handle,
+        timeout: Duration,
+    ) -> HResult<SendComm> {
+        self.connect_blocking_counted(dev, handle, timeout)
+            .map(|(c, _)| c)
+    }
+
+    /// Calls `accept` until it yields a comm; returns it and how many NULL answers came first.
+    pub fn accept_blocking_counted(
+        &self,
+        listen: &ListenComm,
+        timeout: Duration,
+    ) -> HResult<(RecvComm, u64)> {
+        let mut b = Backoff::new("accept to return a recv comm", timeout);
+        loop {
+            if let Some(c) = self.accept(listen).call("accept")? {
+                return Ok((c, b.polls()));
+            }
+            b.pause()?;
+        }
+    }
+
+    /// Calls `accept` until it yields a comm.
+    pub fn accept_blocking(&self, listen: &ListenComm, timeout: Duration) -> HResult<RecvComm> {
+        self.accept_blocking_counted(listen, timeout)
+            .map(|(c, _)| c)
+    }
+
+    /// Connects (to `handle`) and accepts (on `listen`) at the same time, alternating calls as an
+    /// NCCL proxy thread does, so that rings of processes cannot deadlock in setup.
+    pub fn connect_accept_blocking(
+        &self,
+        dev: c_int,
+        handle: &mut Handle,
+        listen: &ListenComm,
+        timeout: Duration,
+    ) -> HResult<(SendComm, RecvComm)> {
+        let mut b = Backoff::new("connect and accept to both return comms", timeout);
+        let mut send = None;
+        let mut recv = None;
+        loop {
+            if send.is_none() {
+                send = self.connect(dev, handle).call("connect")?;
+            }
+            if recv.is_none() {
+                recv = self.accept(listen).call("accept")?;
+            }
+            match (send.take(), recv.take()) {
+                (Some(s), Some(r)) => return Ok((s, r)),
+                (s, r) => {
+                    send = s;
+                    recv = r;
+                }
+            }
+            b.pause()?;
+        }
+    }
+
+    /// Calls `isend` until the send is posted.
+    #[allow(clippy::too_many_arguments)] // isend's own six arguments, plus the deadline
+    pub fn isend_blocking(
+        &self,
+        comm: &SendComm,
+        buf: &Buffer,
+        offset: usize,
+        len: usize,
+        tag: c_int,
+        mr: &Mr,
+        timeout: Duration,
+    ) -> HResult<Request> {
+        let mut b = Backoff::new(
+            format!("isend of {len} bytes (tag {tag}) to be posted"),
+            timeout,
+        );
+        loop {
+            if let Some(r) = self.isend(comm, buf, offset, len, tag, mr).call("isend")? {
+                return Ok(r);
+            }
+            b.pause()?;
+        }
+    }
+
+    /// Calls `irecv` until the receive is posted.
+    pub fn irecv_blocking(
+        &self,
+        comm: &RecvComm,
+        slots: &[RecvSlot<'_>],
+        timeout: Duration,
+    ) -> HResult<Request> {
+        let mut b = Backoff::new(
+            format!("irecv of {} buffer(s) to be posted", slots.len()),
+            timeout,
+        );
+        loop {
+            if let Some(r) = self.irecv(comm, slots).call("irecv")? {
+                return Ok(r);
+            }
+            b.pause()?;
+        }
+    }
+
+    /// Tests `req` until done; returns the sizes.
+    pub fn wait(&self, req: Request, timeout: Duration) -> HResult<Vec<c_int>> {
+        let mut b = Backoff::new(
+            format!("request {:p} ({} buffer(s)) to complete", req.ptr, req.n),
+            timeout,
+        );
+        loop {
+            let (done, sizes) = self.test(&req).call("test")?;
+            if done {
+                return Ok(sizes);
+            }
+            b.pause()?;
+        }
+    }
+
+    /// Tests all requests round-robin until every one is done; returns their sizes in order.
+    pub fn wait_all(&self, reqs: Vec<Request>, timeout: Duration) -> HResult<Vec<Vec<c_int>>> {
+        let total = reqs.len();
+        let mut b = Backoff::new(format!("{total} requests to complete"), timeout);
+        let mut pending: Vec<(usize, Request)> = reqs.into_iter().enumerate().collect();
+        let mut out: Vec<Vec<c_int>> = vec![Vec::new(); total];
+        while !pending.is_empty() {
+            let mut progressed = false;
+            let mut still = Vec::with_capacity(pending.len());
+            for (i, r) in pending {
+                let (done, sizes) = self.test(&r).call("test")?;
+                if done {
+                    out[i] = sizes;
+                    progressed = true;
+                } else {
+                    still.push((i, r));
+                }
+            }
+            pending = still;
+            if !pending.is_empty() && !progressed {
+                b.pause().map_err(|e| match e {
+                    HarnessError::Timeout { after, .. } => HarnessError::Timeout {
+                        what: format!(
+                            "{} of {total} requests to complete (indices {:?} still pending)",
+                            pending.len(),
+                            pending.iter().map(|(i, _)| *i).collect::<Vec<_>>()
+                        ),
+                        after,
+                    },
+                    other => other,
+                })?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Polling with a deadline: yields at first, then sleeps up to 1 ms between polls (the guest is
+/// emulated and several ranks share two CPUs).
+#[derive(Debug)]
+pub struct Backoff {
+    what: String,
+    start: Instant,
+    timeout: Duration,
+    polls: u64,
+}
+
+impl Backoff {
+    pub fn new(what: impl Into<String>, timeout: Duration) -> Self {
+        Backoff {
+            what: what.into(),
+            start: Instant::now(),
+            timeout,
+            polls: 0,
+        }
+    }
+
+    /// Unproductive polls so far.
+    pub fn polls(&self) -> u64 {
+        self.polls
+    }
+
+    /// Time since creation.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// Waits a little before the next poll; fails once the deadline has passed.
+    pub fn pause(&mut self) -> HResult<()> {
+        let elapsed = self.start.elapsed();
+        if elapsed > self.timeout {
+            return Err(HarnessError::Timeout {
+                what: self.what.clone(),
+                after: elapsed,
+            });
+        }
+        self.polls += 1;
+        if self.polls < 32 {
+            std::thread::yield_now();
+        } else {
+            let us = (self.polls - 31).min(20) * 50;
+            std::thread::sleep(Duration::from_micros(us));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_dir_handles_deps_and_bins() {
+        assert_eq!(
+            profile_dir(Path::new("/w/target/debug/deps/host_load-1234")),
+            Some(PathBuf::from("/w/target/debug"))
+        );
+        assert_eq!(
+            profile_dir(Path::new("/w/target/release/nccl-harness")),
+            Some(PathBuf::from("/w/target/release"))
+        );
+    }
+
+    #[test]
+    fn backoff_times_out() {
+        let mut b = Backoff::new("nothing", Duration::from_millis(20));
+        let err = loop {
+            if let Err(e) = b.pause() {
+                break e;
+            }
+        };
+        assert!(matches!(err, HarnessError::Timeout { .. }), "{err:?}");
+        assert!(err.to_string().contains("nothing"));
+    }
+}
