@@ -1606,6 +1606,8 @@ mod tests {
                 outcome: Ok(Capabilities {
                     reg_mr_iova2: true,
                     reg_dmabuf_mr: true,
+                    query_gid_ex: true,
+                    query_gid_table: true,
                 }),
             },
             sysfs_root: PathBuf::from("/sys"),

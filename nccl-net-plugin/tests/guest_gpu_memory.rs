@@ -85,7 +85,7 @@ fn devices_advertise_host_memory_only_and_refuse_gpu_registrations() {
         let mut data = [buf.as_ptr() as *mut c_void];
         let mut sizes = [100 as c_int];
         let mut mh = [rm];
-        let mut req = 1usize as *mut c_void;
+        let mut req: *mut c_void = std::ptr::dangling_mut();
         ok(NET.iflush.unwrap()(p.recv, 1, data.as_mut_ptr(), sizes.as_mut_ptr(), mh.as_mut_ptr(), &mut req), "iflush");
         assert!(req.is_null(), "host memory needs no flush");
         dereg(p.recv, rm);

@@ -104,6 +104,12 @@ pub type CreateQpFn =
 pub type ModifyQpFn =
     unsafe extern "C" fn(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
 pub type DestroyQpFn = unsafe extern "C" fn(qp: *mut ibv_qp) -> c_int;
+/// `_ibv_query_gid_ex(ctx, port, index, entry, flags, entry_size)`.
+pub type QueryGidExFn =
+    unsafe extern "C" fn(ctx: *mut ibv_context, port: u32, index: u32, entry: *mut c_void, flags: u32, entry_size: usize) -> c_int;
+/// `_ibv_query_gid_table(ctx, entries, max_entries, flags, entry_size)`.
+pub type QueryGidTableFn =
+    unsafe extern "C" fn(ctx: *mut ibv_context, entries: *mut c_void, max_entries: usize, flags: u32, entry_size: usize) -> isize;
 pub type ForkInitFn = unsafe extern "C" fn() -> c_int;
 pub type GetAsyncEventFn =
     unsafe extern "C" fn(ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int;
@@ -138,6 +144,10 @@ pub struct Verbs {
     pub reg_mr_iova2: Option<RegMrIova2Fn>,
     /// `ibv_reg_dmabuf_mr@IBVERBS_1.12` (rdma-core 34+): DMA-BUF registration.
     pub reg_dmabuf_mr: Option<RegDmabufMrFn>,
+    /// `_ibv_query_gid_ex@IBVERBS_1.11` (rdma-core 32+): one GID entry with its type and netdev.
+    pub query_gid_ex: Option<QueryGidExFn>,
+    /// `_ibv_query_gid_table@IBVERBS_1.11` (rdma-core 32+): the whole GID table at once.
+    pub query_gid_table: Option<QueryGidTableFn>,
 }
 
 /// What optional entry points the loaded library has, for reports.
@@ -145,6 +155,8 @@ pub struct Verbs {
 pub struct Capabilities {
     pub reg_mr_iova2: bool,
     pub reg_dmabuf_mr: bool,
+    pub query_gid_ex: bool,
+    pub query_gid_table: bool,
 }
 
 impl Verbs {
@@ -152,6 +164,8 @@ impl Verbs {
         Capabilities {
             reg_mr_iova2: self.reg_mr_iova2.is_some(),
             reg_dmabuf_mr: self.reg_dmabuf_mr.is_some(),
+            query_gid_ex: self.query_gid_ex.is_some(),
+            query_gid_table: self.query_gid_table.is_some(),
         }
     }
 }
@@ -267,6 +281,8 @@ pub fn load(lib: &str) -> Result<Verbs, LoadError> {
         ack_async_event: required!(l, "ibv_ack_async_event", "IBVERBS_1.1", AckAsyncEventFn),
         reg_mr_iova2: optional!(l, "ibv_reg_mr_iova2", "IBVERBS_1.8", RegMrIova2Fn),
         reg_dmabuf_mr: optional!(l, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", RegDmabufMrFn),
+        query_gid_ex: optional!(l, "_ibv_query_gid_ex", "IBVERBS_1.11", QueryGidExFn),
+        query_gid_table: optional!(l, "_ibv_query_gid_table", "IBVERBS_1.11", QueryGidTableFn),
     })
 }
 

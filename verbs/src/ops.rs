@@ -91,3 +91,33 @@ pub unsafe fn req_notify_cq(cq: *mut ibv_cq, solicited_only: bool) -> Result<()>
         Err(Error::new("ibv_req_notify_cq", rc))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider whose ops table is all NULL: every ported inline verb must return EOPNOTSUPP,
+    /// never jump through a null pointer.
+    #[test]
+    fn missing_provider_ops_are_errors_not_crashes() {
+        // SAFETY: these C structs are plain data; all-zero is a valid (empty) value for them.
+        let mut ctx: ibv_context = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        let mut qp: ibv_qp = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        let mut cq: ibv_cq = unsafe { core::mem::zeroed() };
+        qp.context = &mut ctx;
+        cq.context = &mut ctx;
+        let mut swr = ibv_send_wr::default();
+        let mut rwr = ibv_recv_wr::default();
+        let mut wc = [ibv_wc::default(); 2];
+        // SAFETY: qp/cq point at live (stack) structs whose context has a NULL ops table.
+        unsafe {
+            assert_eq!(post_send(&mut qp, &mut swr).unwrap_err().errno, libc::EOPNOTSUPP);
+            assert_eq!(post_recv(&mut qp, &mut rwr).unwrap_err().errno, libc::EOPNOTSUPP);
+            assert_eq!(poll_cq(&mut cq, &mut wc).unwrap_err().errno, libc::EOPNOTSUPP);
+            assert_eq!(req_notify_cq(&mut cq, false).unwrap_err().errno, libc::EOPNOTSUPP);
+        }
+        assert!(Error::new("ibv_post_send", libc::EOPNOTSUPP).is_unsupported());
+    }
+}
