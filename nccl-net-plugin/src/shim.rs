@@ -356,3 +356,24 @@ pub(crate) const TABLE: ncclNet_v8_t = ncclNet_v8_t {
     getDeviceMr: None,
     irecvConsumed: None,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panics_and_errors_become_result_codes_not_unwinds() {
+        assert_eq!(boundary("t", || panic!("boom")), ncclResult_t::InternalError);
+        assert_eq!(boundary("t", || Err(Error::Remote("peer".into()))), ncclResult_t::RemoteError);
+        assert_eq!(boundary("t", || Err(Error::Usage("x".into()))), ncclResult_t::InvalidUsage);
+        assert_eq!(boundary("t", || Ok(())), ncclResult_t::Success);
+    }
+
+    #[test]
+    fn out_pointers_are_checked() {
+        assert!(out::<c_int>("p", core::ptr::null_mut(), 1).is_err());
+        let mut v = 0;
+        assert!(out("p", &mut v, 5).is_ok());
+        assert_eq!(v, 5);
+    }
+}

@@ -254,3 +254,41 @@ fn harness_names_a_missing_plugin() {
         rep.dump()
     );
 }
+
+/// NCCL 2.22-2.25 and 2.28+ `dlclose` the plugin when the last communicator goes and `dlopen` it
+/// again later. The library is linked `-z nodelete`, so it stays mapped: the table keeps its
+/// address, and `init` on the reloaded library gives the same answer without a crash.
+#[test]
+fn survives_dlclose_and_dlopen_cycles() {
+    let _g = serial();
+    let path = plugin_path().unwrap_or_else(|e| panic!("{e}"));
+    let dynamic = std::process::Command::new("readelf").arg("-d").arg(&path).output().expect("readelf (binutils)");
+    let text = String::from_utf8_lossy(&dynamic.stdout);
+    assert!(text.contains("NODELETE"), "the plugin must be linked with -z nodelete:\n{text}");
+    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).unwrap();
+    let mut first_table = std::ptr::null_mut();
+    let mut first_init = None;
+    for cycle in 0..3 {
+        // SAFETY: dlopen/dlsym/dlclose on the plugin, as NCCL does; the table is only read while
+        // the handle is open.
+        unsafe {
+            let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            assert!(!h.is_null(), "dlopen failed on cycle {cycle}");
+            let t = libc::dlsym(h, c"ncclNetPlugin_v8".as_ptr());
+            assert!(!t.is_null());
+            let table = &*t.cast::<ferro_ffi::ncclNet_v8_t>();
+            let r = table.init.unwrap()(None);
+            let mut n = -1;
+            let d = table.devices.unwrap()(&mut n);
+            assert_eq!(d, ferro_ffi::ncclResult_t::Success);
+            if cycle == 0 {
+                first_table = t;
+                first_init = Some((r, n));
+            } else {
+                assert_eq!(t, first_table, "the library was unmapped and reloaded (no NODELETE?)");
+                assert_eq!(Some((r, n)), first_init, "init after a reload must give the same outcome");
+            }
+            assert_eq!(libc::dlclose(h), 0);
+        }
+    }
+}
