@@ -16,7 +16,7 @@
 # Options:
 #   --quick             CI smoke run: sizes 8 and 64K (lat: 8), 1 round, short runs,
 #                       no timing assertions (< 1 minute after boot)
-#   --rounds N          rounds (default 2)
+#   --rounds N          rounds (default 3)
 #   --bw-sizes "A B"    bandwidth sizes in bytes (default "8 64 4096 65536 1048576 4194304")
 #   --lat-sizes "A B"   latency sizes (default "8 64 4096 65536")
 #   --time S            ferro-bench seconds per size (default 1.0)
@@ -36,7 +36,7 @@ log() { printf '[compare] %s\n' "$*" >&2; }
 die() { printf '[compare] error: %s\n' "$*" >&2; exit 1; }
 
 quick=0
-rounds=2
+rounds=3
 bw_sizes="8 64 4096 65536 1048576 4194304"
 lat_sizes="8 64 4096 65536"
 ftime=1.0
@@ -93,10 +93,14 @@ fi
 csv_list() { tr -s ' ' ',' <<<"$(echo $1)"; }
 
 # perftest iterations for a size: about 32 MiB of data (~1 s at the ~35 MB/s of rxe under
-# TCG), at most 5000 (perftest's default) and at least 5; --quick: a tenth.
+# TCG), at most 20000 (small messages: about a second at ~20k msg/s) and at least 16 (perftest
+# times from the first post to the last completion, so a short run of big messages is biased
+# low by the pipeline fill; ferro-bench times from the first to the last receive completion);
+# --quick: a tenth (at least 5).
 pt_iters() { # size
   local n=$((33554432 / ($1 > 0 ? $1 : 1)))
-  ((n > 5000)) && n=5000
+  ((n > 20000)) && n=20000
+  ((n < 16)) && n=16
   ((quick == 1)) && n=$((n / 10))
   ((n < 5)) && n=5
   echo "$n"

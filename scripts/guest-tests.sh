@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs inside the soft-RoCE guest: every test binary listed in $1, one after the other (rxe drops
-# completions when many QPs are busy at once, so tests run serially). Prints a closing summary
+# completions when many QPs are busy at once, so tests run serially), then a short benchmark run. Prints a closing summary
 # line and exits non-zero if any binary failed.
 set -uo pipefail
 list="$1"
@@ -15,8 +15,14 @@ while read -r exe; do
     failed+=("$name")
   fi
 done < "$list"
+# The benchmark, briefly, so it cannot rot: a few sizes next to perftest, no timing assertions.
+total=$((total + 1))
+printf '\n--- benchmark smoke run: benches/compare.sh --quick (in the guest, no timing assertions)\n'
+if ! FERRO_BENCH="${FERRO_BENCH:-target/debug/ferro-bench}" bash benches/compare.sh --quick; then
+  failed+=("benchmark-smoke")
+fi
 if [ "${#failed[@]}" -gt 0 ]; then
-  printf '\nguest: %d of %d test binaries failed: %s\n' "${#failed[@]}" "$total" "${failed[*]}"
+  printf '\nguest: %d of %d test binaries/steps failed: %s\n' "${#failed[@]}" "$total" "${failed[*]}"
   exit 1
 fi
-printf '\nguest: all %d test binaries passed\n' "$total"
+printf '\nguest: all %d test binaries/steps passed\n' "$total"

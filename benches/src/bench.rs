@@ -7,12 +7,15 @@
 //!   allows, predicting the finish from the rate seen so far (or the previous size's rate), so
 //!   each size takes about `--time` seconds whatever the speed; `--iters` caps the count.
 //! - `lat`: ping-pong. The server times `isend(ping)` → echo received; one-way latency is half
-//!   of that round trip. A warm-up batch calibrates how many round trips fit the time target.
+//!   of that round trip. Both sides keep [`LAT_DEPTH`] receives posted ahead (as NCCL posts the
+//!   receives of the next steps early), so a receive's clear-to-send is not on the critical
+//!   path. A warm-up batch, then measured batches (each sized by the mean round trip so far)
+//!   until the time target is reached.
 
 use crate::error::{Error, Result};
 use crate::net::Req;
 use crate::report::{LatStats, Row, fmt_size};
-use crate::session::{Cmd, Session, TAG_DATA, wait_for};
+use crate::session::{Cmd, IdleWatch, Session, TAG_DATA, wait_for};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -72,7 +75,7 @@ impl Plan {
         match self.mode {
             Mode::Bw | Mode::Rate => (self.bw_bytes(), 4096),
             Mode::Lat => {
-                let b = self.max_size().max(4096);
+                let b = (LAT_DEPTH * self.max_size()).max(4096);
                 (b, b)
             }
         }
@@ -172,10 +175,12 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
     let mut t_first: Option<Instant> = None;
     let mut t_last: Option<Instant> = None;
     let target = plan.target.as_secs_f64();
-    let mut last_progress = Instant::now();
-    let mut next_check = Instant::now();
+    let mut idle = IdleWatch::default();
+    let what = || format!("bw {}: waiting for receive completions", fmt_size(size));
     loop {
-        // Post while the window and the time target allow.
+        // Post while the window and the time target allow (judged at the last completion, so
+        // that no clock is read here).
+        let mut plugin_full = false;
         while ring.len() < window && posted < max_total {
             let outstanding = posted - done;
             let rate = match (t_first, t_last) {
@@ -184,7 +189,10 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
                 }
                 _ => prior_rate,
             };
-            let elapsed = t_first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            let elapsed = match (t_first, t_last) {
+                (Some(a), Some(b)) => (b - a).as_secs_f64(),
+                _ => 0.0,
+            };
             let allow = posted < 2
                 || match rate {
                     Some(r) if r > 0.0 => {
@@ -205,10 +213,20 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
                     ring.push_back(r);
                     posted += 1;
                 }
-                None => break,
+                None => {
+                    plugin_full = true;
+                    break;
+                }
             }
         }
-        let Some(&front) = ring.front() else { break };
+        let Some(&front) = ring.front() else {
+            if plugin_full {
+                // Not expected with nothing in flight, but "not now" means try again.
+                idle.idle(&s.wait, &mut s.peer, &what)?;
+                continue;
+            }
+            break;
+        };
         match net.test(front)? {
             Some(n) => {
                 let now = Instant::now();
@@ -224,26 +242,9 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
                 } else {
                     t_last = Some(now);
                 }
-                last_progress = now;
+                idle.progress();
             }
-            None => {
-                let now = Instant::now();
-                if now >= next_check {
-                    next_check = now + Duration::from_millis(100);
-                    if let Some(p) = s.peer.as_mut() {
-                        p()?;
-                    }
-                    if now.duration_since(last_progress) > s.wait.timeout {
-                        return Err(Error::new(format!(
-                            "no receive completed for {:.0} s ({done} of {posted} done; --timeout)",
-                            s.wait.timeout.as_secs_f64()
-                        )));
-                    }
-                }
-                if s.wait.yield_cpu {
-                    std::thread::yield_now();
-                }
-            }
+            None => idle.idle(&s.wait, &mut s.peer, &what)?,
         }
     }
     s.send_cmd(Cmd::Stop { count: posted })?;
@@ -313,6 +314,11 @@ struct Batch {
     send_done_s: f64,
 }
 
+/// Receives each side keeps posted ahead in `lat`, as NCCL's proxy posts receives for the next
+/// steps ahead of time: the clear-to-send that a receive sends to its peer is then off the
+/// critical path of the round trip. Buffers have one slot per receive in flight.
+const LAT_DEPTH: u64 = 2;
+
 fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
     s.send_cmd(Cmd::Lat { size, count })?;
     let net = s.net;
@@ -328,18 +334,26 @@ fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
     let len = usize::try_from(size).map_err(|_| Error::new("size overflow"))?;
     let wait = s.wait;
     let peer = &mut s.peer;
-    let post_echo = |peer: &mut Option<crate::session::PeerCheck>| {
-        wait_for(&wait, peer, &|| "posting the echo receive".into(), || {
-            // SAFETY: the start of the registered receive buffer, one receive at a time.
-            unsafe { net.irecv(recv, rb.buf.at(0)?, len, TAG_DATA, rb.mr) }
+    let post_echo = |peer: &mut Option<crate::session::PeerCheck>, k: u64| {
+        let off = (k % LAT_DEPTH) as usize * len;
+        wait_for(&wait, peer, &|| format!("posting echo receive {k}"), || {
+            // SAFETY: slot k % LAT_DEPTH of the registered receive buffer (LAT_DEPTH slots of
+            // the largest size); at most LAT_DEPTH receives are in flight, on distinct slots.
+            unsafe { net.irecv(recv, rb.buf.at(off)?, len, TAG_DATA, rb.mr) }
         })
     };
     let mut out = Batch {
         rtt: Vec::with_capacity(usize::try_from(count).unwrap_or(0)),
         ..Batch::default()
     };
-    let mut echo = post_echo(peer)?;
+    let mut echoes: VecDeque<Req> = VecDeque::new();
+    for k in 0..count.min(LAT_DEPTH) {
+        echoes.push_back(post_echo(peer, k)?);
+    }
     for i in 0..count {
+        let echo = echoes
+            .pop_front()
+            .ok_or_else(|| Error::new("internal: no echo receive posted"))?;
         let t0 = Instant::now();
         let ping = wait_for(&wait, peer, &|| format!("sending ping {i}"), || {
             // SAFETY: the start of the registered send buffer; one send at a time, waited for
@@ -349,9 +363,6 @@ fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
         let t_posted = Instant::now();
         let (mut ping_done, mut echo_done): (Option<Instant>, Option<Instant>) = (None, None);
         wait_for(&wait, peer, &|| format!("round trip {i}"), || {
-            if ping_done.is_none() && net.test(ping)?.is_some() {
-                ping_done = Some(Instant::now());
-            }
             if echo_done.is_none() {
                 if let Some(n) = net.test(echo)? {
                     if n != len {
@@ -360,6 +371,9 @@ fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
                     echo_done = Some(Instant::now());
                 }
             }
+            if ping_done.is_none() && net.test(ping)?.is_some() {
+                ping_done = Some(Instant::now());
+            }
             Ok(ping_done.zip(echo_done))
         })?;
         if let (Some(pd), Some(ed)) = (ping_done, echo_done) {
@@ -367,8 +381,8 @@ fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
             out.isend_s += (t_posted - t0).as_secs_f64();
             out.send_done_s += (pd - t0).as_secs_f64();
         }
-        if i + 1 < count {
-            echo = post_echo(peer)?;
+        if i + LAT_DEPTH < count {
+            echoes.push_back(post_echo(peer, i + LAT_DEPTH)?);
         }
     }
     Ok(out)
@@ -384,6 +398,10 @@ struct SendStats {
     /// Loop passes with a full window (waiting for completions).
     window_full: u64,
     passes: u64,
+    /// test calls (on sends and on the control receive).
+    tests: u64,
+    /// Wall time of the phase, seconds.
+    elapsed_s: f64,
 }
 
 /// Follows the server's commands until `Done`.
@@ -408,11 +426,13 @@ pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
                 let st = client_bw(s, size, window, slots, ctrl)?;
                 if verbose {
                     progress(&format!(
-                        "client: bw {}: {} isend 'not yet' answers, {} of {} passes with a full window",
+                        "client: bw {}: {} isend 'not yet' answers, {} of {} passes with a full window, {} test calls, {:.1} us per pass",
                         fmt_size(size),
                         st.not_yet,
                         st.window_full,
-                        st.passes
+                        st.passes,
+                        st.tests,
+                        st.elapsed_s * 1e6 / st.passes.max(1) as f64
                     ));
                 }
                 ctrl = s.post_cmd_recv()?;
@@ -452,8 +472,9 @@ fn client_bw(
     let mut sent = 0u64;
     let mut stop: Option<u64> = None;
     let mut st = SendStats::default();
-    let mut last_progress = Instant::now();
-    let mut next_check = Instant::now();
+    let mut idle = IdleWatch::default();
+    let what = || format!("bw {}: sending", fmt_size(size));
+    let started = Instant::now();
     loop {
         st.passes += 1;
         let mut progressed = false;
@@ -479,6 +500,7 @@ fn client_bw(
             }
         }
         while let Some(&front) = ring.front() {
+            st.tests += 1;
             if net.test(front)?.is_none() {
                 break;
             }
@@ -486,6 +508,7 @@ fn client_bw(
             progressed = true;
         }
         if stop.is_none() {
+            st.tests += 1;
             if let Some(n) = net.test(ctrl)? {
                 match s.read_cmd(n)? {
                     Cmd::Stop { count } => {
@@ -506,64 +529,65 @@ fn client_bw(
             }
         }
         if stop.is_some() && ring.is_empty() {
+            st.elapsed_s = started.elapsed().as_secs_f64();
             return Ok(st);
         }
-        let now = Instant::now();
         if progressed {
-            last_progress = now;
+            idle.progress();
         } else {
-            if now >= next_check {
-                next_check = now + Duration::from_millis(100);
-                if now.duration_since(last_progress) > s.wait.timeout {
-                    return Err(Error::new(format!(
-                        "bw {}: no progress for {:.0} s ({sent} sent, {} in flight; --timeout)",
-                        fmt_size(size),
-                        s.wait.timeout.as_secs_f64(),
-                        ring.len()
-                    )));
-                }
-            }
-            if s.wait.yield_cpu {
-                std::thread::yield_now();
-            }
+            idle.idle(&s.wait, &mut s.peer, &what)?;
         }
     }
 }
 
-/// Echoes `count` pings; returns the posted receive of the next command.
+/// Echoes `count` pings; returns the posted receive of the next command. Keeps [`LAT_DEPTH`]
+/// receives posted ahead (the pings, then the next command), each posted after the echo of
+/// the previous ping has gone out.
 fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Result<Req> {
     let net = s.net;
     let (send, recv) = (s.send, s.recv);
     let len = usize::try_from(size).map_err(|_| Error::new("size overflow"))?;
     let wait = s.wait;
-    let post_ping = |s: &mut Session<'_>| -> Result<Req> {
+    // Receive k of the batch: ping k for k < count, then the next command.
+    let post = |s: &mut Session<'_>, k: u64| -> Result<Req> {
+        if k >= count {
+            return s.post_cmd_recv();
+        }
         let rb = s
             .data_recv
             .as_ref()
             .ok_or_else(|| Error::new("no data buffer"))?;
+        let off = (k % LAT_DEPTH) as usize * len;
         wait_for(
             &wait,
             &mut s.peer,
-            &|| "posting a ping receive".into(),
+            &|| format!("posting ping receive {k}"),
             || {
-                // SAFETY: the start of the registered receive buffer, one receive at a time.
-                unsafe { net.irecv(recv, rb.buf.at(0)?, len, TAG_DATA, rb.mr) }
+                // SAFETY: slot k % LAT_DEPTH of the registered receive buffer (LAT_DEPTH slots of
+                // the largest size); at most LAT_DEPTH receives are in flight, on distinct slots.
+                unsafe { net.irecv(recv, rb.buf.at(off)?, len, TAG_DATA, rb.mr) }
             },
         )
     };
-    if count == 0 {
-        return s.post_cmd_recv();
+    let mut posted: VecDeque<Req> = VecDeque::new();
+    let mut next = 0u64;
+    while next <= count && next < LAT_DEPTH {
+        posted.push_back(post(s, next)?);
+        next += 1;
     }
-    let mut ping = post_ping(s)?;
-    let mut next_ctrl = None;
     let mut ph = Phases::new([
         "wait for ping",
-        "post next irecv",
         "isend echo",
         "echo completion",
+        "post next receive",
     ]);
+    // Phase times only with -v: reading the clock is slow under emulation (HPET).
+    let clock = |on: bool| on.then(Instant::now);
     for i in 0..count {
-        let t0 = Instant::now();
+        let ping = posted
+            .pop_front()
+            .ok_or_else(|| Error::new("internal: no ping receive posted"))?;
+        let t0 = clock(verbose);
         let n = wait_for(
             &wait,
             &mut s.peer,
@@ -573,14 +597,7 @@ fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Resu
         if n != len {
             return Err(Error::new(format!("ping of {n} bytes, expected {len}")));
         }
-        let t1 = Instant::now();
-        // Post the next receive before echoing, so its clear-to-send is on its way first.
-        if i + 1 < count {
-            ping = post_ping(s)?;
-        } else {
-            next_ctrl = Some(s.post_cmd_recv()?);
-        }
-        let t2 = Instant::now();
+        let t1 = clock(verbose);
         let sb = s
             .data_send
             .as_ref()
@@ -590,14 +607,21 @@ fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Resu
             // below.
             unsafe { net.isend(send, sb.buf.at(0)?, len, TAG_DATA, sb.mr) }
         })?;
-        let t3 = Instant::now();
+        let t2 = clock(verbose);
         wait_for(
             &wait,
             &mut s.peer,
             &|| format!("completing echo {i}"),
             || net.test(echo),
         )?;
-        ph.add([t1 - t0, t2 - t1, t3 - t2, t3.elapsed()]);
+        let t3 = clock(verbose);
+        if next <= count {
+            posted.push_back(post(s, next)?);
+            next += 1;
+        }
+        if let (Some(t0), Some(t1), Some(t2), Some(t3)) = (t0, t1, t2, t3) {
+            ph.add([t1 - t0, t2 - t1, t3 - t2, t3.elapsed()]);
+        }
     }
     if verbose {
         progress(&format!(
@@ -606,7 +630,13 @@ fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Resu
             ph.summary()
         ));
     }
-    next_ctrl.ok_or_else(|| Error::new("internal: no next command receive"))
+    let ctrl = posted
+        .pop_front()
+        .ok_or_else(|| Error::new("internal: no command receive posted"))?;
+    if !posted.is_empty() {
+        return Err(Error::new("internal: receives left over after a lat batch"));
+    }
+    Ok(ctrl)
 }
 
 /// Per-phase time accumulators (mean and max), for `-v` diagnostics.

@@ -18,24 +18,31 @@ use std::path::{Path, PathBuf};
 
 const MIB: f64 = 1_048_576.0;
 
-/// Median over runs of each measured value, per tool (or ferro configuration) and size.
+/// The runs of one measured value, per tool (or ferro configuration) and size, each with the
+/// round it was measured in (when known).
 #[derive(Debug, Default)]
 struct Series {
-    /// size -> samples
-    samples: BTreeMap<u64, Vec<f64>>,
+    /// size -> (round, value)
+    samples: BTreeMap<u64, Vec<(Option<u32>, f64)>>,
 }
 
 impl Series {
-    fn add(&mut self, size: u64, v: f64) {
+    fn add(&mut self, size: u64, round: Option<u32>, v: f64) {
         if v.is_finite() {
-            self.samples.entry(size).or_default().push(v);
+            self.samples.entry(size).or_default().push((round, v));
         }
     }
+    /// Median over runs.
     fn get(&self, size: u64) -> Option<f64> {
+        let v: Vec<f64> = self.samples.get(&size)?.iter().map(|s| s.1).collect();
+        (!v.is_empty()).then(|| median(&v))
+    }
+    fn in_round(&self, size: u64, round: u32) -> Option<f64> {
         self.samples
-            .get(&size)
-            .filter(|v| !v.is_empty())
-            .map(|v| median(v))
+            .get(&size)?
+            .iter()
+            .find(|s| s.0 == Some(round))
+            .map(|s| s.1)
     }
     fn runs(&self, size: u64) -> usize {
         self.samples.get(&size).map_or(0, Vec::len)
@@ -92,6 +99,7 @@ impl Data {
                 return Err(bad("too few fields"));
             }
             let tool = c[0].to_string();
+            let round = c[1].parse::<u32>().ok();
             let v = &c[2..];
             let size = u(v[0]).map_err(|e| bad(&e.to_string()))?;
             if tool.ends_with("_bw") {
@@ -103,8 +111,11 @@ impl Data {
                 self.pt_bw
                     .entry(tool.clone())
                     .or_default()
-                    .add(size, avg * MIB / 1e9);
-                self.pt_rate.entry(tool).or_default().add(size, mpps * 1e6);
+                    .add(size, round, avg * MIB / 1e9);
+                self.pt_rate
+                    .entry(tool)
+                    .or_default()
+                    .add(size, round, mpps * 1e6);
             } else if tool.ends_with("_lat") {
                 if v.len() < 8 {
                     return Err(bad("a lat line has at least 8 numbers"));
@@ -115,12 +126,15 @@ impl Data {
                 self.pt_lat_typ
                     .entry(tool.clone())
                     .or_default()
-                    .add(size, typ);
+                    .add(size, round, typ);
                 self.pt_lat_avg
                     .entry(tool.clone())
                     .or_default()
-                    .add(size, avg);
-                self.pt_lat_p99.entry(tool).or_default().add(size, p99);
+                    .add(size, round, avg);
+                self.pt_lat_p99
+                    .entry(tool)
+                    .or_default()
+                    .add(size, round, p99);
             } else {
                 return Err(bad("unknown tool"));
             }
@@ -149,6 +163,7 @@ impl Data {
         );
         let (med, p99) = (col("lat_median_us")?, col("lat_p99_us")?);
         let (window, qps, split) = (col("window")?, col("qps")?, col("split")?);
+        let label = col("label")?;
         for (i, line) in lines.enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -160,6 +175,7 @@ impl Data {
                     .ok_or_else(|| Error::new(format!("{name} line {}: too few fields", i + 2)))
             };
             let sz = u(at(size)?)?;
+            let round = c.get(label).and_then(|l| round_of_label(l));
             let (q, s) = (u(at(qps)?)? as u32, u(at(split)?)? as u32);
             match at(mode)? {
                 "bw" | "rate" => {
@@ -167,21 +183,21 @@ impl Data {
                     self.fb_bw
                         .entry((q, s, w))
                         .or_default()
-                        .add(sz, f(at(gbs)?)?);
+                        .add(sz, round, f(at(gbs)?)?);
                     self.fb_rate
                         .entry((q, s, w))
                         .or_default()
-                        .add(sz, f(at(rate)?)?);
+                        .add(sz, round, f(at(rate)?)?);
                 }
                 "lat" => {
                     self.fb_lat_med
                         .entry((q, s))
                         .or_default()
-                        .add(sz, f(at(med)?)?);
+                        .add(sz, round, f(at(med)?)?);
                     self.fb_lat_p99
                         .entry((q, s))
                         .or_default()
-                        .add(sz, f(at(p99)?)?);
+                        .add(sz, round, f(at(p99)?)?);
                 }
                 other => return Err(Error::new(format!("{name}: unknown mode {other:?}"))),
             }
@@ -225,11 +241,41 @@ fn cell(v: Option<f64>, prec: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.prec$}"))
 }
 
+/// A CSV value: empty when missing.
+fn csv_cell(v: Option<f64>) -> String {
+    v.map_or(String::new(), |v| format!("{v}"))
+}
+
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     }
+}
+
+/// `num / den` at one size: the median of the per-round ratios where both were measured in
+/// the same round (back to back, so a change of the host's load between rounds cancels out),
+/// else the ratio of the medians.
+fn pratio(num: Option<&Series>, den: Option<&Series>, size: u64) -> Option<f64> {
+    let (n, d) = (num?, den?);
+    let per_round: Vec<f64> = n
+        .samples
+        .get(&size)?
+        .iter()
+        .filter_map(|&(r, v)| ratio(Some(v), d.in_round(size, r?)))
+        .collect();
+    if per_round.is_empty() {
+        ratio(n.get(size), d.get(size))
+    } else {
+        Some(median(&per_round))
+    }
+}
+
+/// The round number at the end of a ferro-bench label ("round 3" -> 3).
+fn round_of_label(label: &str) -> Option<u32> {
+    let t = label.trim();
+    let start = t.rfind(|c: char| !c.is_ascii_digit()).map_or(0, |i| i + 1);
+    t[start..].parse().ok()
 }
 
 fn cfg_name((q, s, w): Cfg) -> String {
@@ -278,7 +324,7 @@ fn build(d: &Data) -> Summary {
     }
     let _ = writeln!(
         t,
-        "Bandwidth, GB/s (1e9 B/s; perftest's MiB/s converted), median of runs; ratio = plugin / perftest"
+        "Bandwidth, GB/s (1e9 B/s; perftest's MiB/s converted), median of runs; ratios (/write, /send, /1QP) = median of the per-round ratios"
     );
     let mut hdr = vec![
         "size".to_string(),
@@ -313,21 +359,21 @@ fn build(d: &Data) -> Summary {
             cell(w, 4),
             cell(se, 4),
             cell(b, 4),
-            cell(ratio(b, w), 2),
-            cell(ratio(b, se), 2),
+            cell(pratio(base, write, sz), 2),
+            cell(pratio(base, send, sz), 2),
         ];
-        let _ = writeln!(csv, "bw,{sz},ib_write_bw_gbs,{}", cell(w, 6));
-        let _ = writeln!(csv, "bw,{sz},ib_send_bw_gbs,{}", cell(se, 6));
-        let _ = writeln!(csv, "bw,{sz},ferro_1qp_gbs,{}", cell(b, 6));
+        let _ = writeln!(csv, "bw,{sz},ib_write_bw_gbs,{}", csv_cell(w));
+        let _ = writeln!(csv, "bw,{sz},ib_send_bw_gbs,{}", csv_cell(se));
+        let _ = writeln!(csv, "bw,{sz},ferro_1qp_gbs,{}", csv_cell(b));
         for c in &others {
             let o = d.fb_bw.get(c).and_then(|s| s.get(sz));
             cells.push(cell(o, 4));
-            cells.push(cell(ratio(o, b), 2));
+            cells.push(cell(pratio(d.fb_bw.get(c), base, sz), 2));
             let _ = writeln!(
                 csv,
                 "bw,{sz},{}_gbs,{}",
                 cfg_name(*c).replace(' ', "_"),
-                cell(o, 6)
+                csv_cell(o)
             );
         }
         let fr = base_cfg
@@ -366,7 +412,7 @@ fn build(d: &Data) -> Summary {
         let _ = writeln!(t);
         let _ = writeln!(
             t,
-            "One-way latency, us (half the round trip), median of runs; ratio = plugin median / ib_write_lat typical"
+            "One-way latency, us (half the round trip), median of runs; ratio = plugin median / ib_write_lat typical, median of the per-round ratios"
         );
         let lh = [
             "size",
@@ -400,10 +446,10 @@ fn build(d: &Data) -> Summary {
                 cell(wl_p99.and_then(|s| s.get(sz)), 2),
                 cell(b, 2),
                 cell(fl99.and_then(|s| s.get(sz)), 2),
-                cell(ratio(b, a), 2),
+                cell(pratio(fl, wl, sz), 2),
             ];
-            let _ = writeln!(csv, "lat,{sz},ib_write_lat_typical_us,{}", cell(a, 3));
-            let _ = writeln!(csv, "lat,{sz},ferro_median_us,{}", cell(b, 3));
+            let _ = writeln!(csv, "lat,{sz},ib_write_lat_typical_us,{}", csv_cell(a));
+            let _ = writeln!(csv, "lat,{sz},ferro_median_us,{}", csv_cell(b));
             let _ = writeln!(t, "{}", lrow(&cells));
         }
     }
@@ -413,10 +459,7 @@ fn build(d: &Data) -> Summary {
     let _ = writeln!(t, "Summary");
     let big: Vec<u64> = sizes.iter().copied().filter(|&s| s >= 1 << 20).collect();
     let med_ratio = |num: Option<&Series>, den: Option<&Series>| -> Option<f64> {
-        let r: Vec<f64> = big
-            .iter()
-            .filter_map(|&s| ratio(num.and_then(|n| n.get(s)), den.and_then(|d| d.get(s))))
-            .collect();
+        let r: Vec<f64> = big.iter().filter_map(|&s| pratio(num, den, s)).collect();
         (!r.is_empty()).then(|| median(&r))
     };
     let bw_w = med_ratio(base, write);
@@ -440,24 +483,27 @@ fn build(d: &Data) -> Summary {
         "  8-byte latency: plugin median {} us vs ib_write_lat typical {} us: ratio {}",
         cell(l8, 2),
         cell(w8, 2),
-        cell(ratio(l8, w8), 2)
+        cell(pratio(fl, wl, 8), 2)
     );
     js.push(("lat8_plugin_median_us".into(), opt_num(l8)));
     js.push(("lat8_ib_write_lat_typical_us".into(), opt_num(w8)));
-    js.push(("lat8_ratio".into(), opt_num(ratio(l8, w8))));
-    let r8 = base_cfg
-        .and_then(|c| d.fb_rate.get(&c))
-        .and_then(|s| s.get(8));
-    let pr8 = d.pt_rate.get("ib_write_bw").and_then(|s| s.get(8));
+    js.push(("lat8_ratio".into(), opt_num(pratio(fl, wl, 8))));
+    let fb_rate = base_cfg.and_then(|c| d.fb_rate.get(&c));
+    let pt_rate = d.pt_rate.get("ib_write_bw");
+    let r8 = fb_rate.and_then(|s| s.get(8));
+    let pr8 = pt_rate.and_then(|s| s.get(8));
     let _ = writeln!(
         t,
         "  8-byte message rate (window {}): plugin {} msg/s vs ib_write_bw {} msg/s: ratio {}",
         base_cfg.map_or("?".into(), |c| c.2.to_string()),
         cell(r8, 0),
         cell(pr8, 0),
-        cell(ratio(r8, pr8), 2)
+        cell(pratio(fb_rate, pt_rate, 8), 2)
     );
-    js.push(("rate8_ratio_vs_ib_write_bw".into(), opt_num(ratio(r8, pr8))));
+    js.push((
+        "rate8_ratio_vs_ib_write_bw".into(),
+        opt_num(pratio(fb_rate, pt_rate, 8)),
+    ));
     for c in &others {
         let r = med_ratio(d.fb_bw.get(c), base);
         let _ = writeln!(
@@ -470,6 +516,39 @@ fn build(d: &Data) -> Summary {
             format!("bw_ratio_{}_vs_1qp_ge_1MiB", cfg_name(*c).replace(' ', "_")),
             opt_num(r),
         ));
+    }
+    // ---- how steady the host was: perftest's own figures, round by round
+    let per_round = |s: Option<&Series>, size: u64| -> Vec<(u32, f64)> {
+        let mut v: Vec<(u32, f64)> = s
+            .and_then(|s| s.samples.get(&size))
+            .map(|v| v.iter().filter_map(|&(r, x)| Some((r?, x))).collect())
+            .unwrap_or_default();
+        v.sort_by_key(|p| p.0);
+        v
+    };
+    let steady = [
+        ("ib_write_lat 8 B typical (us)", per_round(wl, 8)),
+        ("ib_write_bw 1 MiB (GB/s)", per_round(write, 1 << 20)),
+    ];
+    for (name, v) in &steady {
+        if v.len() < 2 {
+            continue;
+        }
+        let vals: Vec<String> = v.iter().map(|(r, x)| format!("r{r} {x:.4}")).collect();
+        let (lo, hi) = v.iter().fold((f64::INFINITY, 0f64), |(lo, hi), &(_, x)| {
+            (lo.min(x), hi.max(x))
+        });
+        let _ = writeln!(
+            t,
+            "  host steadiness, {name} per round: {}{}",
+            vals.join(", "),
+            if lo > 0.0 && hi / lo > 2.0 {
+                "  <- rounds differ by more than 2x: the host was busy (another guest?); \
+                 the per-round ratios above still compare like with like, absolute figures do not"
+            } else {
+                ""
+            }
+        );
     }
     Summary {
         text: t,
@@ -566,8 +645,9 @@ fn svg(d: &Data) -> String {
         w - ml - mr,
         h - mt - mb
     );
-    let step = ((xmax - xmin) / 10.0).ceil().max(1.0) as usize;
-    for x in ((xmin as i64)..=(xmax as i64)).step_by(step) {
+    let step = ((xmax - xmin) / 10.0).ceil().max(1.0) as i64;
+    // Ticks aligned on the largest size, so that it is labelled.
+    for x in ((xmin as i64)..=(xmax as i64)).filter(|x| (xmax as i64 - x) % step == 0) {
         let xx = px(x as f64);
         let _ = writeln!(
             o,
@@ -711,10 +791,10 @@ mod tests {
         ib_send_bw,1,1048576,40,41.00,36.00,0.000036\n\
         ib_write_lat,1,8,1000,10.1,400.0,12.6,30.2,5.5,100.0,300.0\n";
 
-    fn ferro_csv(qps: u32, gbs_1m: f64) -> String {
+    fn ferro_csv(qps: u32, gbs_1m: f64, round: u32) -> String {
         format!(
-            "{}\nferro-bench,bw,8,1000,1.0,1000,0.000008,100000,,,,,,32,{qps},0,rxe0,r1\n\
-             ferro-bench,bw,1048576,30,1.0,33333,{gbs_1m},30,,,,,,32,{qps},0,rxe0,r1\n",
+            "{}\nferro-bench,bw,8,1000,1.0,1000,0.000008,100000,,,,,,32,{qps},0,rxe0,round {round}\n\
+             ferro-bench,bw,1048576,30,1.0,33333,{gbs_1m},30,,,,,,32,{qps},0,rxe0,round {round}\n",
             crate::report::CSV_HEADER
         )
     }
@@ -723,11 +803,11 @@ mod tests {
     fn report_combines_runs_and_computes_ratios() {
         let mut d = Data::default();
         d.add_perftest(PERFTEST).unwrap();
-        d.add_ferro("ferro-bw-q1-r1.csv", &ferro_csv(1, 0.03))
+        d.add_ferro("ferro-bw-q1-r1.csv", &ferro_csv(1, 0.03, 1))
             .unwrap();
-        d.add_ferro("ferro-bw-q1-r2.csv", &ferro_csv(1, 0.04))
+        d.add_ferro("ferro-bw-q1-r2.csv", &ferro_csv(1, 0.04, 2))
             .unwrap();
-        d.add_ferro("ferro-bw-q4-r1.csv", &ferro_csv(4, 0.07))
+        d.add_ferro("ferro-bw-q4-r1.csv", &ferro_csv(4, 0.07, 1))
             .unwrap();
         let lat = format!(
             "{}\nferro-bench,lat,8,100,1.0,20,0.0,5000,25.2,80.0,10.0,20.0,90.0,1,1,0,rxe0,r1\n",
@@ -746,17 +826,36 @@ mod tests {
                 .map(|(_, v)| v.clone())
                 .unwrap()
         };
+        // Per-round ratios: 0.03 / 38.15 MiB/s (round 1), 0.04 / 40.05 MiB/s (round 2).
         let r: f64 = get("bw_ratio_vs_ib_write_bw_ge_1MiB").parse().unwrap();
-        assert!((r - 0.035 / w).abs() < 1e-9, "{r}");
+        let want = 0.5 * (0.03 / (38.15 * MIB / 1e9) + 0.04 / (40.05 * MIB / 1e9));
+        assert!((r - want).abs() < 1e-9, "{r} vs {want}");
         let l: f64 = get("lat8_ratio").parse().unwrap();
         assert!((l - 25.2 / 12.6).abs() < 1e-9);
+        // 4 QPs were only measured in round 1: 0.07 / 0.03.
         let q: f64 = get("bw_ratio_ferro_4QP_split0_w32_vs_1qp_ge_1MiB")
             .parse()
             .unwrap();
-        assert!((q - 2.0).abs() < 1e-9, "{q}");
+        assert!((q - 0.07 / 0.03).abs() < 1e-9, "{q}");
         let svg = svg(&d);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("polyline"));
+    }
+
+    #[test]
+    fn rounds_come_from_labels() {
+        assert_eq!(round_of_label("round 3"), Some(3));
+        assert_eq!(round_of_label("r12"), Some(12));
+        assert_eq!(round_of_label(""), None);
+        assert_eq!(round_of_label("first"), None);
+        // Without common rounds the ratio is that of the medians.
+        let (mut a, mut b) = (Series::default(), Series::default());
+        a.add(8, Some(1), 2.0);
+        a.add(8, Some(2), 4.0);
+        b.add(8, None, 1.0);
+        assert_eq!(pratio(Some(&a), Some(&b), 8), Some(3.0));
+        b.add(8, Some(2), 2.0);
+        assert_eq!(pratio(Some(&a), Some(&b), 8), Some(2.0));
     }
 
     #[test]

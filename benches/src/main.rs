@@ -53,7 +53,7 @@ options (both sides):
   --timeout SECS     give up when nothing progresses for this long (default 120)
   --yield            sched_yield between empty polls (default: busy-poll like NCCL)
   -q, --quiet        no progress on stderr
-  -v, --verbose      more progress (the client's per-size sender counters)
+  -v, --verbose      more progress (sender counters per size, lat phase times)
 
 options (server / run):
   --min SIZE --max SIZE   size range, powers of 2 (default 8 .. 64M; rate: 8 .. 4K)
@@ -398,7 +398,9 @@ fn wait_cfg(c: &Common) -> WaitCfg {
     }
 }
 
-fn spawn_client(c: &Common, plugin: &std::path::Path, hex: &str) -> Result<Child> {
+/// Starts the client role as a child of this process. It loads the plugin while the server does
+/// the same (`init` takes seconds under emulation), then reads the handle from its stdin.
+fn spawn_client(c: &Common, plugin: &std::path::Path) -> Result<Child> {
     let exe = std::env::current_exe().ctx("locating this executable")?;
     let mut cmd = Command::new(exe);
     cmd.arg("client")
@@ -418,31 +420,54 @@ fn spawn_client(c: &Common, plugin: &std::path::Path, hex: &str) -> Result<Child
         cmd.arg("--verbose");
     }
     cmd.stdin(Stdio::piped()).stdout(Stdio::null());
-    let mut child = cmd.spawn().ctx("starting the client process")?;
+    cmd.spawn().ctx("starting the client process")
+}
+
+/// Writes the handle into the client's stdin pipe (and closes it).
+fn pass_handle(child: &mut Child, hex: &str) -> Result<()> {
     let mut stdin = child
         .stdin
         .take()
         .ok_or_else(|| Error::new("no pipe to the client"))?;
     stdin
         .write_all(format!("{hex}\n").as_bytes())
-        .ctx("passing the handle to the client")?;
-    drop(stdin);
-    Ok(child)
+        .ctx("passing the handle to the client")
 }
 
 fn serve(c: &Common, o: &BenchOpts, spawn: bool) -> Result<()> {
     let sizes = sizes_of(o)?;
     let (qps, split) = apply_env(c);
-    let net = load(c)?;
-    let dev = net.find_device(&c.dev)?;
-    let (handle, listen) = net.listen(dev.index)?;
+    let mut early = if spawn {
+        let ch = spawn_client(c, &plugin_path(c)?)?;
+        progress(&format!("started the client process (pid {})", ch.id()));
+        Some(ch)
+    } else {
+        None
+    };
+    let ready = (|| {
+        let net = load(c)?;
+        let dev = net.find_device(&c.dev)?;
+        let (handle, listen) = net.listen(dev.index)?;
+        Ok((net, dev, handle, listen))
+    })();
+    let (net, dev, handle, listen) = match ready {
+        Ok(v) => v,
+        Err(e) => {
+            if let Some(ch) = early.as_mut() {
+                let _ = ch.kill();
+                let _ = ch.wait();
+            }
+            return Err(e);
+        }
+    };
     let hex = net::handle_to_hex(&handle);
-    let child: Option<Rc<RefCell<Child>>> = if spawn {
-        let ch = spawn_client(c, &net.path, &hex)?;
-        progress(&format!(
-            "started the client process (pid {}), handle passed through a pipe",
-            ch.id()
-        ));
+    let child: Option<Rc<RefCell<Child>>> = if let Some(mut ch) = early {
+        if let Err(e) = pass_handle(&mut ch, &hex) {
+            let _ = ch.kill();
+            let _ = ch.wait();
+            return Err(e);
+        }
+        progress("listening; handle passed to the client through a pipe");
         Some(Rc::new(RefCell::new(ch)))
     } else {
         println!("{hex}");
@@ -453,11 +478,18 @@ fn serve(c: &Common, o: &BenchOpts, spawn: bool) -> Result<()> {
     let result = serve_inner(c, o, &net, dev, listen, &sizes, (qps, split), child.clone());
     if let Some(ch) = child {
         let mut ch = ch.borrow_mut();
-        if result.is_err() {
-            // The client may be stuck waiting for a command that will never come.
+        if let Err(e) = result {
+            // Say so when the client died first (that is then the cause); otherwise stop it:
+            // it may be waiting for a command that will never come.
+            let e = match ch.try_wait() {
+                Ok(Some(st)) if !st.success() => {
+                    e.context(format!("the client process failed ({st})"))
+                }
+                _ => e,
+            };
             let _ = ch.kill();
             let _ = ch.wait();
-            return result;
+            return Err(e);
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -542,14 +574,19 @@ fn serve_inner(
 }
 
 fn client(c: &Common, handle: Option<String>) -> Result<()> {
-    let hex = match handle {
-        Some(h) if h != "-" => h,
-        _ => session::read_handle_line()?,
+    // The plugin is loaded before the handle is read: in the orchestrated mode the server is
+    // loading it at the same time and passes the handle when it listens.
+    let given = match handle {
+        Some(h) if h != "-" => Some(net::handle_from_hex(&h)?),
+        _ => None,
     };
-    let h = net::handle_from_hex(&hex)?;
     let _ = apply_env(c);
     let net = load(c)?;
     let dev = net.find_device(&c.dev)?;
+    let h = match given {
+        Some(h) => h,
+        None => net::handle_from_hex(&session::read_handle_line()?)?,
+    };
     let mut s = session::Session::connect(&net, dev, h, wait_cfg(c))?;
     progress(&format!("connected both ways in {:.2} s", s.setup_s));
     bench::client(&mut s, c.verbose)?;

@@ -110,6 +110,59 @@ pub(crate) struct WaitCfg {
 /// Checked now and then while waiting: `Err` when the peer is known to be gone.
 pub(crate) type PeerCheck = Box<dyn FnMut() -> Result<()>>;
 
+/// Idle polls between two looks at the clock. Reading the clock is not free: under QEMU/TCG the
+/// guest's clocksource is the HPET, and every read is an emulated MMIO access (~2 µs, under
+/// QEMU's global lock), so polling loops must not read it on every pass.
+const POLLS_PER_CLOCK_READ: u32 = 1024;
+
+/// The no-progress timeout and the peer check of a polling loop, reading the clock only every
+/// [`POLLS_PER_CLOCK_READ`] idle polls and never on progress.
+#[derive(Debug, Default)]
+pub(crate) struct IdleWatch {
+    polls: u32,
+    since: Option<Instant>,
+}
+
+impl IdleWatch {
+    /// Something progressed.
+    pub(crate) fn progress(&mut self) {
+        self.polls = 0;
+        self.since = None;
+    }
+
+    /// A poll found nothing: yields if asked to; now and then checks the peer and the timeout.
+    pub(crate) fn idle(
+        &mut self,
+        cfg: &WaitCfg,
+        peer: &mut Option<PeerCheck>,
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
+        if cfg.yield_cpu {
+            std::thread::yield_now();
+        }
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls % POLLS_PER_CLOCK_READ != 0 {
+            return Ok(());
+        }
+        if let Some(p) = peer.as_mut() {
+            p().map_err(|e| e.context(what()))?;
+        }
+        let now = Instant::now();
+        match self.since {
+            None => self.since = Some(now),
+            Some(t) if now.duration_since(t) > cfg.timeout => {
+                return Err(Error::new(format!(
+                    "{}: no progress for {:.0} s (--timeout)",
+                    what(),
+                    cfg.timeout.as_secs_f64()
+                )));
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+}
+
 /// Polls `f` until it returns `Some`, with the no-progress timeout and the peer check.
 pub(crate) fn wait_for<T>(
     cfg: &WaitCfg,
@@ -117,29 +170,12 @@ pub(crate) fn wait_for<T>(
     what: &dyn Fn() -> String,
     mut f: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {
-    let start = Instant::now();
-    let mut next_check = start + Duration::from_millis(100);
+    let mut idle = IdleWatch::default();
     loop {
         if let Some(v) = f().map_err(|e| e.context(what()))? {
             return Ok(v);
         }
-        let now = Instant::now();
-        if now >= next_check {
-            next_check = now + Duration::from_millis(100);
-            if let Some(p) = peer.as_mut() {
-                p().map_err(|e| e.context(what()))?;
-            }
-            if now.duration_since(start) > cfg.timeout {
-                return Err(Error::new(format!(
-                    "{}: no progress for {:.0} s (--timeout)",
-                    what(),
-                    cfg.timeout.as_secs_f64()
-                )));
-            }
-        }
-        if cfg.yield_cpu {
-            std::thread::yield_now();
-        }
+        idle.idle(cfg, peer, what)?;
     }
 }
 
