@@ -170,7 +170,7 @@ perftest_bw() { # round
   for tool in ib_write_bw ib_send_bw; do
     log "round $1: $tool, sizes $bw_sizes (tx depth $window)"
     for s in $bw_sizes; do
-      perftest_pair "$1" "$tool" -s "$s" -n "$(pt_iters "$s")" -t "$window" || failures=$((failures + 1))
+      perftest_pair "$1" "$tool" -s "$s" -n "$(pt_iters "$s")" -t "$window" || pt_failures=$((pt_failures + 1))
     done
   done
 }
@@ -179,7 +179,7 @@ perftest_lat() { # round
   local s
   log "round $1: ib_write_lat, sizes $lat_sizes"
   for s in $lat_sizes; do
-    perftest_pair "$1" ib_write_lat -s "$s" -n "$(lat_iters "$s")" || failures=$((failures + 1))
+    perftest_pair "$1" ib_write_lat -s "$s" -n "$(lat_iters "$s")" || pt_failures=$((pt_failures + 1))
   done
 }
 
@@ -216,7 +216,10 @@ ferro_lat() { # round
     --split 0 --label "round $1"
 }
 
+# Failures of the plugin's benchmark fail the job; perftest's own hiccups (under emulation it now
+# and then prints no result line) are reported, and the medians use the other rounds.
 failures=0
+pt_failures=0
 start=$SECONDS
 log "plugin vs perftest on $dev: $rounds round(s); bw sizes: $bw_sizes; lat sizes: $lat_sizes"
 log "results: $OUT"
@@ -240,15 +243,18 @@ rc=0
 "$BENCH" report --dir "$OUT" | tee "$OUT/raw/report.txt" >&2 || rc=$?
 {
   echo
-  echo "($rounds round(s) in one boot, $((SECONDS - start)) s; $failures failed run(s); perftest MiB/s converted to GB/s;"
+  echo "($rounds round(s) in one boot, $((SECONDS - start)) s; $failures failed ferro-bench run(s), $pt_failures perftest run(s) without a result; perftest MiB/s converted to GB/s;"
   echo " perftest -t $window (tx depth = ferro-bench window); ferro-bench ~${ftime} s per size)"
 } >>"$OUT/summary.txt"
 if [[ "$rc" -ne 0 ]]; then
   log "report failed (status $rc)"
   exit "$rc"
 fi
+if [[ "$pt_failures" -gt 0 ]]; then
+  log "warning: $pt_failures perftest run(s) gave no result (see raw/); their sizes use the other rounds"
+fi
 if [[ "$failures" -gt 0 ]]; then
-  log "$failures run(s) failed"
+  log "$failures ferro-bench run(s) failed"
   exit 1
 fi
 log "done in $((SECONDS - start)) s; results in $OUT"

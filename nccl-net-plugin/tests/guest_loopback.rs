@@ -199,6 +199,112 @@ fn child_flush() {
     assert!(dst.iter().all(|b| *b == 7));
 }
 
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()).collect()
+}
+
+/// Child, listening side of a two-process connection: prints its handle, then accepts until the
+/// connection is made or refused; prints the outcome.
+fn child_listen() {
+    let dev = test_dev();
+    let mut handle = [0u8; 128];
+    let mut listen: *mut c_void = null_mut();
+    // SAFETY: table calls with valid out-pointers.
+    unsafe { ok(NET.listen.unwrap()(dev, handle.as_mut_ptr().cast(), &mut listen), "listen") };
+    println!("HANDLE {}", hex(&handle));
+    use std::io::Write as _;
+    std::io::stdout().flush().unwrap();
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    let mut recv: *mut c_void = null_mut();
+    // The plugin drops a connection it refuses and keeps listening, so a refusal shows up as the
+    // peer's error; this side reports what it saw after the peer gives up.
+    while recv.is_null() && Instant::now() < deadline {
+        // SAFETY: listen comm from listen().
+        let r = unsafe { NET.accept.unwrap()(listen, &mut recv, null_mut()) };
+        if r != ferro_ffi::ncclResult_t::Success {
+            println!("CHILD-RESULT accept={}", r.0);
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    println!("CHILD-RESULT accept={}", if recv.is_null() { "timeout" } else { "connected" });
+}
+
+/// Child, connecting side: connects to the handle in `FERRO_PEER_HANDLE`; prints the outcome.
+fn child_connect() {
+    let dev = test_dev();
+    let mut handle = [0u8; 128];
+    handle.copy_from_slice(&unhex(&std::env::var("FERRO_PEER_HANDLE").unwrap()));
+    let mut send: *mut c_void = null_mut();
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while send.is_null() && Instant::now() < deadline {
+        // SAFETY: a handle from the peer's listen().
+        let r = unsafe { NET.connect.unwrap()(dev, handle.as_mut_ptr().cast(), &mut send, null_mut()) };
+        if r != ferro_ffi::ncclResult_t::Success {
+            println!("CHILD-RESULT connect={}", r.0);
+            return;
+        }
+    }
+    println!("CHILD-RESULT connect={}", if send.is_null() { "timeout" } else { "connected" });
+}
+
+/// Two processes whose settings that must agree differ: both sides report it, naming both values.
+#[test]
+fn mismatched_settings_between_ranks_fail_on_both_sides() {
+    match std::env::var("FERRO_MATRIX_CHILD").as_deref() {
+        Ok("listen") => return child_listen(),
+        Ok("connect") => return child_connect(),
+        _ => {}
+    }
+    assert!(std::path::Path::new("/sys/class/infiniband/rxe0").exists(), "needs the soft-RoCE guest");
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().unwrap();
+    let args = ["--exact", "mismatched_settings_between_ranks_fail_on_both_sides", "--nocapture", "--test-threads=1"];
+    let mut server = Command::new(&exe)
+        .args(args)
+        .env("FERRO_MATRIX_CHILD", "listen")
+        .env("FERRO_LOG_STDERR", "1")
+        .env("NCCL_IB_QPS_PER_CONNECTION", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let handle = loop {
+        let l = lines.next().expect("server ended before printing its handle").unwrap();
+        if let Some(h) = l.strip_prefix("HANDLE ") {
+            break h.to_string();
+        }
+    };
+    let client = Command::new(&exe)
+        .args(args)
+        .env("FERRO_MATRIX_CHILD", "connect")
+        .env("FERRO_LOG_STDERR", "1")
+        .env("FERRO_PEER_HANDLE", &handle)
+        .env("NCCL_IB_QPS_PER_CONNECTION", "4")
+        .output()
+        .unwrap();
+    let ctext = format!("{}{}", String::from_utf8_lossy(&client.stdout), String::from_utf8_lossy(&client.stderr));
+    // The server keeps listening after refusing; stop it and read what it logged.
+    let _ = server.kill();
+    let sout = server.wait_with_output().unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let stext = format!("{}\n{}", rest.join("\n"), String::from_utf8_lossy(&sout.stderr));
+    assert!(ctext.contains("CHILD-RESULT connect=5"), "the connecting side must fail with ncclInvalidUsage:\n{ctext}");
+    for (side, text) in [("connecting", &ctext), ("listening", &stext)] {
+        assert!(
+            text.contains("NCCL_IB_QPS_PER_CONNECTION 2 here vs 4") || text.contains("NCCL_IB_QPS_PER_CONNECTION 4 here vs 2") || text.contains("settings differ between ranks"),
+            "the {side} side must say which settings differ:\n{text}"
+        );
+    }
+    assert!(stext.contains("WARN"), "the listening side must warn:\n{stext}");
+}
+
 /// What a child process of [`settings_matrix`] does.
 fn child_devices() {
     // SAFETY: calling the plugin's own table as NCCL would.
