@@ -275,10 +275,23 @@ fn mismatched_settings_between_ranks_fail_on_both_sides() {
         .spawn()
         .unwrap();
     let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
     let handle = loop {
-        let l = lines.next().expect("server ended before printing its handle").unwrap();
-        if let Some(h) = l.strip_prefix("HANDLE ") {
-            break h.to_string();
+        match lines.next() {
+            // libtest may print "test name ... " on the same line first.
+            Some(Ok(l)) => match l.find("HANDLE ") {
+                Some(at) => break l[at + 7..].trim().to_string(),
+                None => seen.push(l),
+            },
+            _ => {
+                let out = server.wait_with_output().unwrap();
+                panic!(
+                    "the listening child ended before printing its handle ({:?}):\n{}\n{}",
+                    out.status,
+                    seen.join("\n"),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
         }
     };
     let client = Command::new(&exe)
