@@ -66,9 +66,6 @@ use std::path::{Path, PathBuf};
 pub const MEMLOCK_WARN_BELOW: u64 = 64 << 20;
 /// A `/dev/shm` smaller than this draws a warning (Docker's default is 64 MiB).
 pub const SHM_WARN_BELOW: u64 = 1 << 30;
-/// Whether this build of the plugin offers GPU memory (`NCCL_PTR_CUDA` / `NCCL_PTR_DMABUF`) to
-/// NCCL. `plugin.rs` sets `ptrSupport` to `NCCL_PTR_HOST` only; flip this when that changes.
-pub const PLUGIN_OFFERS_GPU_MEMORY: bool = true;
 /// The NCCL variables the doctor shows as seen.
 pub const NCCL_ENV_VARS: [&str; 4] = [
     "NCCL_NET_PLUGIN",
@@ -618,11 +615,8 @@ pub fn host_findings(r: &Report) -> Vec<Finding> {
 
 fn gpu_description(r: &Report) -> String {
     let g = r.host.gpu;
-    let plugin = if PLUGIN_OFFERS_GPU_MEMORY {
-        "decided per device (see each device's \"GPU memory\" line)"
-    } else {
-        "not offered by this plugin build (NCCL is given host memory only and stages GPU buffers through it)"
-    };
+    // The plugin offers GPU memory per device, as detected (see each device's "GPU memory" line).
+    let plugin = "decided per device (see each device's \"GPU memory\" line)";
     let modules = match (g.nvidia_driver, g.peermem) {
         (false, _) => "NVIDIA driver not loaded".to_string(),
         (true, true) => "NVIDIA driver and nvidia_peermem loaded".to_string(),
@@ -1047,7 +1041,7 @@ pub fn to_json(r: &Report) -> Value {
                 "warning": dev_infiniband_finding(h.dev_infiniband.is_some(), !r.devices.is_empty()).map(|f| f.text),
             },
             "gpu_direct": {
-                "plugin_offers_gpu_memory": PLUGIN_OFFERS_GPU_MEMORY,
+                "plugin_offers_gpu_memory": true,
                 "nvidia_driver_loaded": h.gpu.nvidia_driver,
                 "nvidia_peermem_loaded": h.gpu.peermem,
                 "description": gpu_description(r),

@@ -54,8 +54,8 @@ pub struct NetDevice {
 
 impl NetDevice {
     /// The device's protection domain.
-    pub fn pd(&self) -> Result<Arc<ferro_verbs::Pd>> {
-        Ok(self.pd.clone())
+    pub fn pd(&self) -> &Arc<ferro_verbs::Pd> {
+        &self.pd
     }
 
     /// The v8 properties. Pointers refer to strings owned by this (never freed) device.
@@ -85,6 +85,9 @@ impl NetDevice {
 pub struct Plugin {
     pub config: Config,
     pub devices: Vec<NetDevice>,
+    /// Registrations ask for PCIe relaxed ordering (decided once, from the configuration and
+    /// libibverbs' capabilities).
+    pub relaxed_ordering: bool,
 }
 
 static PLUGIN: OnceLock<std::result::Result<Plugin, Error>> = OnceLock::new();
@@ -224,15 +227,16 @@ fn build() -> std::result::Result<Plugin, Error> {
             )
         })
         .collect();
+    let ro = relaxed_ordering(&config);
     info!(
         INIT | NET,
         "Using {} ({}{}); {}",
         list.join(" ; "),
         lib,
-        if relaxed_ordering(&config) { ", [RO]" } else { "" },
+        if ro { ", [RO]" } else { "" },
         config.summary()
     );
-    Ok(Plugin { config, devices })
+    Ok(Plugin { config, devices, relaxed_ordering: ro })
 }
 
 /// Whether registrations ask for PCIe relaxed ordering (`NCCL_IB_PCI_RELAXED_ORDERING`: 0 off,

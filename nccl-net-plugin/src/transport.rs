@@ -78,7 +78,7 @@ struct Endpoint {
 
 impl Endpoint {
     fn new(dev: &'static NetDevice, nqps: usize) -> Result<Endpoint> {
-        let pd = dev.pd()?;
+        let pd = dev.pd().clone();
         let cq = Cq::new(&dev.ctx, (1024 + 2 * SLOTS * nqps) as u32)?;
         let caps = QpCaps {
             max_send_wr: 512,
@@ -961,12 +961,8 @@ impl MrHandle {
 
 fn reg_access() -> u32 {
     let base = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    if relaxed_ordering() { base | IBV_ACCESS_RELAXED_ORDERING } else { base }
-}
-
-/// Whether registrations ask for PCIe relaxed ordering.
-pub fn relaxed_ordering() -> bool {
-    plugin::get().is_ok_and(|p| plugin::relaxed_ordering(&p.config))
+    let ro = plugin::get().is_ok_and(|p| p.relaxed_ordering);
+    if ro { base | IBV_ACCESS_RELAXED_ORDERING } else { base }
 }
 
 /// `regMr`: host memory, or CUDA memory through nvidia-peermem. Registrations go through the
@@ -1546,10 +1542,4 @@ pub unsafe fn close(p: *mut core::ffi::c_void, want: &[u64]) -> Result<()> {
 pub const MAGIC_LISTEN: u64 = LISTEN_MAGIC;
 pub const MAGIC_SEND: u64 = SEND_MAGIC;
 pub const MAGIC_RECV: u64 = RECV_MAGIC;
-pub const MAGIC_MR: u64 = MR_MAGIC;
 
-impl Comm {
-    pub fn is_send(&self) -> bool {
-        self.magic == SEND_MAGIC
-    }
-}
