@@ -73,7 +73,11 @@ impl HcaFilter {
         for item in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (name, port) = match item.split_once(':') {
                 Some((n, p)) => {
-                    let port = p.parse::<u8>().ok().filter(|p| *p > 0).ok_or_else(|| format!("bad port {p:?} in {item:?}"))?;
+                    let port = p
+                        .parse::<u8>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| format!("bad port {p:?} in {item:?}"))?;
                     (n, Some(port))
                 }
                 None => (item, None),
@@ -86,13 +90,22 @@ impl HcaFilter {
         if entries.is_empty() {
             return Err("no device named".into());
         }
-        Ok(HcaFilter { raw: raw.to_string(), exclude, exact, entries })
+        Ok(HcaFilter {
+            raw: raw.to_string(),
+            exclude,
+            exact,
+            entries,
+        })
     }
 
     /// Whether the plugin may use `dev` port `port`.
     pub fn allows(&self, dev: &str, port: u8) -> bool {
         let hit = self.entries.iter().any(|(name, p)| {
-            let name_ok = if self.exact { dev == name } else { dev.starts_with(name.as_str()) };
+            let name_ok = if self.exact {
+                dev == name
+            } else {
+                dev.starts_with(name.as_str())
+            };
             name_ok && p.is_none_or(|p| p == port)
         });
         hit != self.exclude
@@ -111,16 +124,33 @@ pub struct GidOverride {
 pub fn parse_gid_overrides(raw: &str) -> Result<Vec<GidOverride>, String> {
     let mut out = Vec::new();
     for item in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (target, index) = item.split_once('=').ok_or_else(|| format!("{item:?} is not dev[:port]=index"))?;
-        let index = index.trim().parse::<u32>().map_err(|_| format!("bad index in {item:?}"))?;
+        let (target, index) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{item:?} is not dev[:port]=index"))?;
+        let index = index
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| format!("bad index in {item:?}"))?;
         let (dev, port) = match target.trim().split_once(':') {
-            Some((d, p)) => (d, Some(p.parse::<u8>().ok().filter(|p| *p > 0).ok_or_else(|| format!("bad port in {item:?}"))?)),
+            Some((d, p)) => (
+                d,
+                Some(
+                    p.parse::<u8>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| format!("bad port in {item:?}"))?,
+                ),
+            ),
             None => (target.trim(), None),
         };
         if dev.is_empty() {
             return Err(format!("empty device name in {item:?}"));
         }
-        out.push(GidOverride { dev: dev.to_string(), port, index });
+        out.push(GidOverride {
+            dev: dev.to_string(),
+            port,
+            index,
+        });
     }
     Ok(out)
 }
@@ -231,7 +261,9 @@ impl Config {
             Some(text) => match HcaFilter::parse(text) {
                 Ok(f) => Some(f),
                 Err(e) => {
-                    w.push(format!("NCCL_IB_HCA={text:?} is invalid ({e}); using every device"));
+                    w.push(format!(
+                        "NCCL_IB_HCA={text:?} is invalid ({e}); using every device"
+                    ));
                     None
                 }
             },
@@ -239,7 +271,9 @@ impl Config {
         let gid_overrides = match get("FERRO_GID_INDEX").as_deref().map(str::trim) {
             None | Some("") => Vec::new(),
             Some(text) => parse_gid_overrides(text).unwrap_or_else(|e| {
-                w.push(format!("FERRO_GID_INDEX={text:?} is invalid ({e}); using no per-device override"));
+                w.push(format!(
+                    "FERRO_GID_INDEX={text:?} is invalid ({e}); using no per-device override"
+                ));
                 Vec::new()
             }),
         };
@@ -292,7 +326,11 @@ impl Config {
             .gid_overrides
             .iter()
             .find(|o| o.dev == dev && o.port == Some(port))
-            .or_else(|| self.gid_overrides.iter().find(|o| o.dev == dev && o.port.is_none()));
+            .or_else(|| {
+                self.gid_overrides
+                    .iter()
+                    .find(|o| o.dev == dev && o.port.is_none())
+            });
         if let Some(o) = hit {
             p.explicit_index = Some(o.index);
             p.explicit_origin = Some(match o.port {
@@ -363,7 +401,12 @@ mod hca_tests {
         let f = HcaFilter::parse("^=rxe1").unwrap();
         assert!(f.allows("rxe0", 1) && !f.allows("rxe1", 1) && f.allows("rxe10", 1));
         let f = HcaFilter::parse("mlx5_0:1,mlx5_1:2").unwrap();
-        assert!(f.allows("mlx5_0", 1) && !f.allows("mlx5_0", 2) && f.allows("mlx5_1", 2) && !f.allows("mlx5_1", 1));
+        assert!(
+            f.allows("mlx5_0", 1)
+                && !f.allows("mlx5_0", 2)
+                && f.allows("mlx5_1", 2)
+                && !f.allows("mlx5_1", 1)
+        );
         assert!(HcaFilter::parse("").is_err());
         assert!(HcaFilter::parse("mlx5_0:x").is_err());
         assert!(HcaFilter::parse("^").is_err());
@@ -372,18 +415,40 @@ mod hca_tests {
     #[test]
     fn gid_overrides_parse_and_win_per_device() {
         let o = parse_gid_overrides("mlx5_0=3, mlx5_1:1=5").unwrap();
-        assert_eq!(o, vec![
-            GidOverride { dev: "mlx5_0".into(), port: None, index: 3 },
-            GidOverride { dev: "mlx5_1".into(), port: Some(1), index: 5 },
-        ]);
+        assert_eq!(
+            o,
+            vec![
+                GidOverride {
+                    dev: "mlx5_0".into(),
+                    port: None,
+                    index: 3
+                },
+                GidOverride {
+                    dev: "mlx5_1".into(),
+                    port: Some(1),
+                    index: 5
+                },
+            ]
+        );
         assert!(parse_gid_overrides("mlx5_0").is_err());
         assert!(parse_gid_overrides("mlx5_0=x").is_err());
         assert!(parse_gid_overrides("=3").is_err());
-        let c = Config { gid_index: 1, gid_overrides: o, ..Config::default() };
+        let c = Config {
+            gid_index: 1,
+            gid_overrides: o,
+            ..Config::default()
+        };
         assert_eq!(c.gid_policy_for("mlx5_0", 1).explicit_index, Some(3));
-        assert_eq!(c.gid_policy_for("mlx5_0", 1).explicit_origin.as_deref(), Some("FERRO_GID_INDEX=mlx5_0=3"));
+        assert_eq!(
+            c.gid_policy_for("mlx5_0", 1).explicit_origin.as_deref(),
+            Some("FERRO_GID_INDEX=mlx5_0=3")
+        );
         assert_eq!(c.gid_policy_for("mlx5_1", 1).explicit_index, Some(5));
-        assert_eq!(c.gid_policy_for("mlx5_1", 2).explicit_index, Some(1), "falls back to NCCL_IB_GID_INDEX");
+        assert_eq!(
+            c.gid_policy_for("mlx5_1", 2).explicit_index,
+            Some(1),
+            "falls back to NCCL_IB_GID_INDEX"
+        );
         assert_eq!(c.gid_policy_for("mlx5_9", 1).explicit_origin, None);
         assert!(c.summary().contains("FERRO_GID_INDEX=mlx5_0=3,mlx5_1:1=5"));
     }
@@ -398,7 +463,12 @@ mod hca_tests {
         let (c, w) = Config::from_lookup(&get);
         assert_eq!(c.hca, None);
         assert!(c.gid_overrides.is_empty());
-        assert!(w.iter().any(|x| x.starts_with("NCCL_IB_HCA=\"mlx5_0:0\"") && x.contains("using every device")), "{w:?}");
+        assert!(
+            w.iter()
+                .any(|x| x.starts_with("NCCL_IB_HCA=\"mlx5_0:0\"")
+                    && x.contains("using every device")),
+            "{w:?}"
+        );
         assert!(w.iter().any(|x| x.starts_with("FERRO_GID_INDEX=")), "{w:?}");
     }
 }

@@ -2,10 +2,10 @@
 //! (device attributes, port attributes) merged with sysfs (GID table with types, netdev, PCI path).
 
 use crate::config::Config;
+use ferro_dmabuf::{CudaState, GdrDecision, Inputs, decide};
 use ferro_verbs::gid::{GidChoice, select_gid};
 use ferro_verbs::sys::{IBV_PORT_ACTIVE, ibv_port_attr, mtu_bytes};
 use ferro_verbs::sysfs::{self, LinkLayer, PortState, SysDevice, SysPort};
-use ferro_dmabuf::{decide, CudaState, GdrDecision, Inputs};
 use ferro_verbs::{Context, LoadError, Pd};
 use std::path::Path;
 use std::sync::Arc;
@@ -195,7 +195,11 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
         match Pd::new(&ctx) {
             Ok(pd) => {
                 let probe = ferro_dmabuf::provider::probe_provider(&pd);
-                let inputs = Inputs::from_system(has_dmabuf_sym, probe, cuda.clone().unwrap_or(CudaState::NoDevice));
+                let inputs = Inputs::from_system(
+                    has_dmabuf_sym,
+                    probe,
+                    cuda.clone().unwrap_or(CudaState::NoDevice),
+                );
                 rep.gdr_warnings = inputs.overrides.warnings.clone();
                 rep.gdr = Some(decide(&name, &inputs));
                 rep.pd = Some(pd);

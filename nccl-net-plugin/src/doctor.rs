@@ -1287,7 +1287,10 @@ fn device_from_report(d: &DeviceReport) -> Device {
             .map(|e| format!("cannot open or query the device: {e}")),
         notes: sys.map(|s| s.notes.clone()).unwrap_or_default(),
         gdr: d.gdr.as_ref().map(|g| g.summary.clone()),
-        ptr_support: d.gdr.as_ref().map(|g| g.ptr_support_bits | ferro_ffi::NCCL_PTR_HOST),
+        ptr_support: d
+            .gdr
+            .as_ref()
+            .map(|g| g.ptr_support_bits | ferro_ffi::NCCL_PTR_HOST),
         ports: d
             .ports
             .iter()
@@ -1387,14 +1390,19 @@ fn device_from_sysfs(s: &SysDevice, cfg: &Config, why: &str) -> Device {
         notes: s.notes.clone(),
         gdr: None,
         ptr_support: None,
-        ports: s.ports.iter().map(|p| port_from_sysfs(&s.name, p, cfg)).collect(),
+        ports: s
+            .ports
+            .iter()
+            .map(|p| port_from_sysfs(&s.name, p, cfg))
+            .collect(),
     }
 }
 
 /// A port of a device libibverbs does not list, judged from sysfs the way `discover` judges ports
 /// (ACTIVE, known link layer, a usable GID on Ethernet); the device's own error comes on top.
 fn port_from_sysfs(dev: &str, p: &SysPort, cfg: &Config) -> Port {
-    let gid = select_gid(&p.link_layer, &p.gids, &cfg.gid_policy_for(dev, p.num)).map_err(|e| e.to_string());
+    let gid = select_gid(&p.link_layer, &p.gids, &cfg.gid_policy_for(dev, p.num))
+        .map_err(|e| e.to_string());
     let usable = if !p.state.is_active()
         || matches!(p.link_layer, LinkLayer::Unknown(_))
         || (p.link_layer.is_ethernet() && gid.is_err())
@@ -1561,7 +1569,9 @@ mod tests {
             pci_path: None,
             error: None,
             notes: Vec::new(),
-            gdr: Some(format!("{name}: GPUDirect RDMA off: provider rejects dma-buf (EOPNOTSUPP); NCCL will stage through host memory")),
+            gdr: Some(format!(
+                "{name}: GPUDirect RDMA off: provider rejects dma-buf (EOPNOTSUPP); NCCL will stage through host memory"
+            )),
             ptr_support: Some(1),
             ports,
         }

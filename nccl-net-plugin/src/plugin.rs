@@ -3,7 +3,9 @@
 use crate::config::Config;
 use crate::discovery::{Discovery, discover};
 use crate::error::{Error, Result};
+use crate::mrcache::RegCache;
 use crate::{info, warn};
+use ferro_dmabuf::GdrDecision;
 use ferro_ffi::{
     NCCL_NET_DEVICE_HOST, NCCL_NET_DEVICE_INVALID_VERSION, NCCL_PTR_HOST, log_flags::*,
     ncclNetProperties_v8_t,
@@ -13,8 +15,6 @@ use ferro_verbs::gid::GidChoice;
 use ferro_verbs::sysfs::LinkLayer;
 use std::ffi::CString;
 use std::path::Path;
-use crate::mrcache::RegCache;
-use ferro_dmabuf::GdrDecision;
 use std::sync::{Arc, OnceLock};
 
 fn page_size() -> usize {
@@ -139,7 +139,9 @@ fn build() -> std::result::Result<Plugin, Error> {
             warn!(INIT, "{}: skipped: {e}", d.name);
             continue;
         }
-        let (Some(ctx), Some(pd), Some(gdr)) = (&d.ctx, &d.pd, &d.gdr) else { continue };
+        let (Some(ctx), Some(pd), Some(gdr)) = (&d.ctx, &d.pd, &d.gdr) else {
+            continue;
+        };
         for w in &d.gdr_warnings {
             warn!(INIT | ENV, "{w}");
         }
@@ -150,7 +152,8 @@ fn build() -> std::result::Result<Plugin, Error> {
             if let Err(why) = &p.usable {
                 // A GID the user asked for that does not work is a configuration error: say it
                 // loudly. Inactive or filtered ports are normal.
-                if p.gid.is_err() && p.link_layer.is_ethernet() && why.starts_with("no usable GID") {
+                if p.gid.is_err() && p.link_layer.is_ethernet() && why.starts_with("no usable GID")
+                {
                     warn!(INIT, "{} port {}: not used: {why}", d.name, p.num);
                 } else {
                     info!(INIT, "{} port {}: not used: {why}", d.name, p.num);
@@ -236,7 +239,11 @@ fn build() -> std::result::Result<Plugin, Error> {
         if ro { ", [RO]" } else { "" },
         config.summary()
     );
-    Ok(Plugin { config, devices, relaxed_ordering: ro })
+    Ok(Plugin {
+        config,
+        devices,
+        relaxed_ordering: ro,
+    })
 }
 
 /// Whether registrations ask for PCIe relaxed ordering (`NCCL_IB_PCI_RELAXED_ORDERING`: 0 off,

@@ -268,9 +268,15 @@ unsafe extern "C" fn iflush(
     boundary("iflush", || {
         // SAFETY: NCCL passes a comm of ours (checked by its magic).
         let c = unsafe { transport::comm_ref(recv_comm) }?;
-        let n = usize::try_from(n).ok().filter(|n| *n <= plugin::MAX_RECVS).ok_or_else(|| {
-            Error::Usage(format!("iflush with n={n} (must be 0..={})", plugin::MAX_RECVS))
-        })?;
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|n| *n <= plugin::MAX_RECVS)
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "iflush with n={n} (must be 0..={})",
+                    plugin::MAX_RECVS
+                ))
+            })?;
         if n > 0 && (data.is_null() || sizes.is_null() || mhandles.is_null()) {
             return Err(Error::Usage("iflush with a NULL array".into()));
         }
@@ -283,7 +289,11 @@ unsafe extern "C" fn iflush(
             bufs.push((d as u64, u32::try_from(s).unwrap_or(0), m));
         }
         let r = c.iflush(&bufs)?;
-        out("request", request, r.map_or(core::ptr::null_mut(), |r| r.cast()))
+        out(
+            "request",
+            request,
+            r.map_or(core::ptr::null_mut(), |r| r.cast()),
+        )
     })
 }
 
@@ -363,9 +373,18 @@ mod tests {
 
     #[test]
     fn panics_and_errors_become_result_codes_not_unwinds() {
-        assert_eq!(boundary("t", || panic!("boom")), ncclResult_t::InternalError);
-        assert_eq!(boundary("t", || Err(Error::Remote("peer".into()))), ncclResult_t::RemoteError);
-        assert_eq!(boundary("t", || Err(Error::Usage("x".into()))), ncclResult_t::InvalidUsage);
+        assert_eq!(
+            boundary("t", || panic!("boom")),
+            ncclResult_t::InternalError
+        );
+        assert_eq!(
+            boundary("t", || Err(Error::Remote("peer".into()))),
+            ncclResult_t::RemoteError
+        );
+        assert_eq!(
+            boundary("t", || Err(Error::Usage("x".into()))),
+            ncclResult_t::InvalidUsage
+        );
         assert_eq!(boundary("t", || Ok(())), ncclResult_t::Success);
     }
 

@@ -211,7 +211,13 @@ impl Endpoint {
     /// A QP connected to itself with a 4-byte landing buffer, for flushes (RDMA READ of received
     /// data through the NIC).
     fn flush_qp(&self) -> Result<FlushQp> {
-        let caps = QpCaps { max_send_wr: 2 * SLOTS as u32, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        let caps = QpCaps {
+            max_send_wr: 2 * SLOTS as u32,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
         let qp = Qp::new_rc(&self.pd, &self.cq, &self.cq, caps)?;
         let cfg = &plugin::get()?.config;
         let mut a = ibv_qp_attr {
@@ -221,7 +227,10 @@ impl Endpoint {
             qp_access_flags: IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE,
             ..Default::default()
         };
-        qp.modify(&mut a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)?;
+        qp.modify(
+            &mut a,
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+        )?;
         let me = self.meta(0, 0, false);
         self.connect_qp(&qp, qp.qpn(), &me)?;
         let buf = RegBuf::new(&self.pd, 4, IBV_ACCESS_LOCAL_WRITE)?;
@@ -387,7 +396,14 @@ unsafe impl Send for Comm {}
 unsafe impl Sync for Comm {}
 
 impl Comm {
-    fn new(ep: Endpoint, side: Side, split: bool, sock: TcpStream, peer: SocketAddr, flush: Option<FlushQp>) -> Box<Comm> {
+    fn new(
+        ep: Endpoint,
+        side: Side,
+        split: bool,
+        sock: TcpStream,
+        peer: SocketAddr,
+        flush: Option<FlushQp>,
+    ) -> Box<Comm> {
         let nreq = match side {
             Side::Send { .. } => SEND_REQS,
             Side::Recv { .. } => RECV_REQS,
@@ -814,7 +830,11 @@ impl Comm {
             // Only every 16th CTS write is signaled: its completion retires the unsignaled ones
             // before it on QP 0, so the send queue (512) never fills, and the receiver's CQ
             // carries one CTS completion per 16 receives instead of one each.
-            send_flags: if seq % CTS_SIGNAL_EVERY == 0 { IBV_SEND_SIGNALED } else { 0 },
+            send_flags: if seq % CTS_SIGNAL_EVERY == 0 {
+                IBV_SEND_SIGNALED
+            } else {
+                0
+            },
             ..Default::default()
         };
         wr.wr.rdma = ibv_rdma_info {
@@ -842,13 +862,16 @@ impl Comm {
         if !matches!(self.side, Side::Recv { .. }) {
             return Err(Error::Usage("iflush on a send comm".into()));
         }
-        let Some(flush) = &self.flush else { return Ok(None) };
+        let Some(flush) = &self.flush else {
+            return Ok(None);
+        };
         let flush_host = plugin::get().is_ok_and(|p| p.config.flush_host);
-        let target = bufs
-            .iter()
-            .rev()
-            .find(|(_, size, mh)| *size > 0 && mh.is_some_and(|m| m.kind() != MemKind::Host || flush_host));
-        let Some(&(addr, _, Some(mh))) = target else { return Ok(None) };
+        let target = bufs.iter().rev().find(|(_, size, mh)| {
+            *size > 0 && mh.is_some_and(|m| m.kind() != MemKind::Host || flush_host)
+        });
+        let Some(&(addr, _, Some(mh))) = target else {
+            return Ok(None);
+        };
         let mut g = self.lock()?;
         let inner = &mut *g;
         if let Some(e) = &inner.error {
@@ -858,7 +881,11 @@ impl Comm {
             return Ok(None);
         }
         let idx = self.alloc(inner, ReqState::Flush { done: false })?;
-        let mut sge = ibv_sge { addr: flush.buf.addr(0), length: 1, lkey: flush.buf.mr.lkey() };
+        let mut sge = ibv_sge {
+            addr: flush.buf.addr(0),
+            length: 1,
+            lkey: flush.buf.mr.lkey(),
+        };
         let mut wr = ibv_send_wr {
             wr_id: WR_FLUSH | u64::from(idx),
             sg_list: &mut sge,
@@ -867,7 +894,10 @@ impl Comm {
             send_flags: IBV_SEND_SIGNALED,
             ..Default::default()
         };
-        wr.wr.rdma = ibv_rdma_info { remote_addr: addr, rkey: mh.rkey() };
+        wr.wr.rdma = ibv_rdma_info {
+            remote_addr: addr,
+            rkey: mh.rkey(),
+        };
         // SAFETY: the SGE names the comm's own registered 4-byte landing buffer; the remote side
         // is the caller's registered receive buffer (valid until NCCL deregisters it, after the
         // flush completes).
@@ -962,7 +992,11 @@ impl MrHandle {
 fn reg_access() -> u32 {
     let base = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     let ro = plugin::get().is_ok_and(|p| p.relaxed_ordering);
-    if ro { base | IBV_ACCESS_RELAXED_ORDERING } else { base }
+    if ro {
+        base | IBV_ACCESS_RELAXED_ORDERING
+    } else {
+        base
+    }
 }
 
 /// `regMr`: host memory, or CUDA memory through nvidia-peermem. Registrations go through the
@@ -983,27 +1017,50 @@ pub fn reg_mr(comm: &Comm, data: u64, size: usize, ptr_type: i32) -> Result<Box<
             }
             MemKind::Cuda
         }
-        other => return Err(Error::Usage(format!("{}: regMr with unknown memory type {other}", dev.ibdev))),
+        other => {
+            return Err(Error::Usage(format!(
+                "{}: regMr with unknown memory type {other}",
+                dev.ibdev
+            )));
+        }
     };
     if data == 0 {
-        return Err(Error::Usage(format!("regMr of a NULL buffer ({size} bytes)")));
+        return Err(Error::Usage(format!(
+            "regMr of a NULL buffer ({size} bytes)"
+        )));
     }
     let addr = usize::try_from(data).map_err(|_| Error::Usage("address out of range".into()))?;
     let pd = comm.ep.pd.clone();
     let access = reg_access();
-    let mut cache = dev.cache.lock().map_err(|_| Error::Internal("registration cache poisoned".into()))?;
+    let mut cache = dev
+        .cache
+        .lock()
+        .map_err(|_| Error::Internal("registration cache poisoned".into()))?;
     let (mr, key) = cache.acquire(addr, size, |start, len| {
         // SAFETY: NCCL keeps the buffer allocated until deregMr (its documented contract), and the
         // cache holds the registration only while some handle over these pages is alive; the
         // page-rounded range lies in the same mapping as the buffer.
         unsafe { Mr::reg(&pd, start as *mut core::ffi::c_void, len, access) }
     })?;
-    Ok(Box::new(MrHandle { magic: MR_MAGIC, mr, key: Some(key), dev, kind }))
+    Ok(Box::new(MrHandle {
+        magic: MR_MAGIC,
+        mr,
+        key: Some(key),
+        dev,
+        kind,
+    }))
 }
 
 /// `regMrDmaBuf`: CUDA memory through a DMA-BUF file descriptor (NCCL closes `fd` after the
 /// call; the registration keeps what it needs).
-pub fn reg_mr_dmabuf(comm: &Comm, data: u64, size: usize, ptr_type: i32, offset: u64, fd: i32) -> Result<Box<MrHandle>> {
+pub fn reg_mr_dmabuf(
+    comm: &Comm,
+    data: u64,
+    size: usize,
+    ptr_type: i32,
+    offset: u64,
+    fd: i32,
+) -> Result<Box<MrHandle>> {
     let dev = comm.ep.dev;
     if ptr_type == ferro_ffi::NCCL_PTR_HOST && fd < 0 {
         return reg_mr(comm, data, size, ptr_type);
@@ -1018,7 +1075,13 @@ pub fn reg_mr_dmabuf(comm: &Comm, data: u64, size: usize, ptr_type: i32, offset:
     }
     // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range; the registration pins it.
     let mr = unsafe { Mr::reg_dmabuf(&comm.ep.pd, offset, size, data, fd, reg_access()) }?;
-    Ok(Box::new(MrHandle { magic: MR_MAGIC, mr: Arc::new(mr), key: None, dev, kind: MemKind::DmaBuf }))
+    Ok(Box::new(MrHandle {
+        magic: MR_MAGIC,
+        mr: Arc::new(mr),
+        key: None,
+        dev,
+        kind: MemKind::DmaBuf,
+    }))
 }
 
 /// `deregMr`: drops the handle's reference; the registration goes when the last one does.
@@ -1028,13 +1091,19 @@ pub fn reg_mr_dmabuf(comm: &Comm, data: u64, size: usize, ptr_type: i32, offset:
 pub unsafe fn dereg_mr(p: *mut core::ffi::c_void) -> Result<()> {
     // SAFETY: forwarded contract.
     if unsafe { magic_of(p) } != Some(MR_MAGIC) {
-        return Err(Error::Usage("deregMr of a pointer that is not a memory handle of this plugin".into()));
+        return Err(Error::Usage(
+            "deregMr of a pointer that is not a memory handle of this plugin".into(),
+        ));
     }
     // SAFETY: allocated by Box::into_raw in the shim; deregMr ends its life exactly once.
     let h = unsafe { Box::from_raw(p.cast::<MrHandle>()) };
     let freed = match h.key {
         Some(key) => {
-            let mut cache = h.dev.cache.lock().map_err(|_| Error::Internal("registration cache poisoned".into()))?;
+            let mut cache = h
+                .dev
+                .cache
+                .lock()
+                .map_err(|_| Error::Internal("registration cache poisoned".into()))?;
             cache.release(key)
         }
         None => None,
@@ -1256,7 +1325,9 @@ impl Pending {
             .ep
             .ok_or_else(|| Error::Internal("no endpoint".into()))?;
         let side = self.side.ok_or_else(|| Error::Internal("no side".into()))?;
-        Ok(Comm::new(ep, side, self.split, self.sock, self.peer, self.flush))
+        Ok(Comm::new(
+            ep, side, self.split, self.sock, self.peer, self.flush,
+        ))
     }
 }
 
@@ -1542,4 +1613,3 @@ pub unsafe fn close(p: *mut core::ffi::c_void, want: &[u64]) -> Result<()> {
 pub const MAGIC_LISTEN: u64 = LISTEN_MAGIC;
 pub const MAGIC_SEND: u64 = SEND_MAGIC;
 pub const MAGIC_RECV: u64 = RECV_MAGIC;
-

@@ -16,7 +16,10 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
         .envs(env.iter().copied())
         .output()
         .expect("run the doctor");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 #[test]
@@ -37,7 +40,10 @@ fn doctor_lists_both_devices_with_gid_tables_and_verdicts() {
     }
     let (code, json) = doctor(&["--json"], &[]);
     assert_eq!(code, 0);
-    assert!(json.contains("\"name\": \"rxe0\"") || json.contains("\"name\":\"rxe0\""), "{json}");
+    assert!(
+        json.contains("\"name\": \"rxe0\"") || json.contains("\"name\":\"rxe0\""),
+        "{json}"
+    );
 }
 
 #[test]

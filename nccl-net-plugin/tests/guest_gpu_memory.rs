@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
-use ferro_ffi::{ncclNetProperties_v8_t, ncclResult_t, NCCL_PTR_HOST};
+use ferro_ffi::{NCCL_PTR_HOST, ncclNetProperties_v8_t, ncclResult_t};
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use std::ptr::null_mut;
 
@@ -15,7 +15,10 @@ use common::*;
 fn reg(comm: *mut c_void, p: *const u8, len: usize) -> *mut c_void {
     let mut m = null_mut();
     // SAFETY: the buffer outlives the registration in every test below.
-    ok(unsafe { NET.regMr.unwrap()(comm, p as *mut c_void, len, NCCL_PTR_HOST, &mut m) }, "regMr");
+    ok(
+        unsafe { NET.regMr.unwrap()(comm, p as *mut c_void, len, NCCL_PTR_HOST, &mut m) },
+        "regMr",
+    );
     m
 }
 
@@ -36,10 +39,24 @@ fn transfer(p: &Pair, src: *mut u8, smr: *mut c_void, dst: *mut u8, rmr: *mut c_
     // SAFETY: arrays of n = 1, registered buffers.
     unsafe {
         while rreq.is_null() {
-            ok(NET.irecv.unwrap()(p.recv, 1, rdata.as_mut_ptr(), rsizes.as_mut_ptr(), tags.as_mut_ptr(), rm.as_mut_ptr(), &mut rreq), "irecv");
+            ok(
+                NET.irecv.unwrap()(
+                    p.recv,
+                    1,
+                    rdata.as_mut_ptr(),
+                    rsizes.as_mut_ptr(),
+                    tags.as_mut_ptr(),
+                    rm.as_mut_ptr(),
+                    &mut rreq,
+                ),
+                "irecv",
+            );
         }
         while sreq.is_null() {
-            ok(NET.isend.unwrap()(p.send, src.cast(), data.len() as c_int, 1, smr, &mut sreq), "isend");
+            ok(
+                NET.isend.unwrap()(p.send, src.cast(), data.len() as c_int, 1, smr, &mut sreq),
+                "isend",
+            );
         }
     }
     wait(sreq, &mut [0]);
@@ -61,7 +78,10 @@ fn devices_advertise_host_memory_only_and_refuse_gpu_registrations() {
         for d in 0..n {
             let mut props: ncclNetProperties_v8_t = std::mem::zeroed();
             ok(NET.getProperties.unwrap()(d, &mut props), "props");
-            assert_eq!(props.ptrSupport, NCCL_PTR_HOST, "rxe must advertise host memory only");
+            assert_eq!(
+                props.ptrSupport, NCCL_PTR_HOST,
+                "rxe must advertise host memory only"
+            );
             assert_eq!(props.regIsGlobal, 1);
         }
     }
@@ -71,12 +91,26 @@ fn devices_advertise_host_memory_only_and_refuse_gpu_registrations() {
     // SAFETY: table calls; the buffer is host memory pretending to be CUDA, which must be refused
     // before any registration happens.
     unsafe {
-        let r = NET.regMr.unwrap()(p.recv, buf.as_ptr() as *mut c_void, buf.len(), ferro_ffi::NCCL_PTR_CUDA, &mut m);
+        let r = NET.regMr.unwrap()(
+            p.recv,
+            buf.as_ptr() as *mut c_void,
+            buf.len(),
+            ferro_ffi::NCCL_PTR_CUDA,
+            &mut m,
+        );
         assert_eq!(r, ncclResult_t::InvalidUsage, "regMr(CUDA) must be refused");
         assert!(m.is_null());
         let fd = libc::memfd_create(c"not-a-dmabuf".as_ptr(), 0);
         assert!(fd >= 0);
-        let r = NET.regMrDmaBuf.unwrap()(p.recv, buf.as_ptr() as *mut c_void, buf.len(), ferro_ffi::NCCL_PTR_CUDA, 0, fd, &mut m);
+        let r = NET.regMrDmaBuf.unwrap()(
+            p.recv,
+            buf.as_ptr() as *mut c_void,
+            buf.len(),
+            ferro_ffi::NCCL_PTR_CUDA,
+            0,
+            fd,
+            &mut m,
+        );
         assert_eq!(r, ncclResult_t::InvalidUsage, "regMrDmaBuf must be refused");
         assert!(m.is_null());
         libc::close(fd);
@@ -86,7 +120,17 @@ fn devices_advertise_host_memory_only_and_refuse_gpu_registrations() {
         let mut sizes = [100 as c_int];
         let mut mh = [rm];
         let mut req: *mut c_void = std::ptr::dangling_mut();
-        ok(NET.iflush.unwrap()(p.recv, 1, data.as_mut_ptr(), sizes.as_mut_ptr(), mh.as_mut_ptr(), &mut req), "iflush");
+        ok(
+            NET.iflush.unwrap()(
+                p.recv,
+                1,
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                mh.as_mut_ptr(),
+                &mut req,
+            ),
+            "iflush",
+        );
         assert!(req.is_null(), "host memory needs no flush");
         dereg(p.recv, rm);
         ok(NET.closeSend.unwrap()(p.send), "closeSend");
@@ -116,7 +160,11 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     // A sub-range of a registered range costs no registration ...
     let sub = big[8192..].as_mut_ptr();
     let sub_mr = reg(p.recv, sub, 65536);
-    assert_eq!(mrs(), before + 2, "sub-range must reuse the cached registration");
+    assert_eq!(
+        mrs(),
+        before + 2,
+        "sub-range must reuse the cached registration"
+    );
     // ... and data lands correctly through it.
     transfer(&p, src.as_mut_ptr(), smr, sub, sub_mr, &pattern(1, 65536));
     // Two small buffers in one page: one registration, both usable.
@@ -125,11 +173,18 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     let y = unsafe { page.as_mut_ptr().add(2000) };
     let x_mr = reg(p.recv, x, 100);
     let y_mr = reg(p.recv, y, 100);
-    assert_eq!(mrs(), before + 3, "two buffers in one page share a registration");
+    assert_eq!(
+        mrs(),
+        before + 3,
+        "two buffers in one page share a registration"
+    );
     transfer(&p, src.as_mut_ptr(), smr, y, y_mr, &pattern(2, 100));
     transfer(&p, src.as_mut_ptr(), smr, x, x_mr, &pattern(3, 100));
     // SAFETY: y points at 100 bytes inside the page.
-    assert!(unsafe { std::slice::from_raw_parts(y, 100) } == &pattern(2, 100)[..], "x's transfer must not touch y");
+    assert!(
+        unsafe { std::slice::from_raw_parts(y, 100) } == &pattern(2, 100)[..],
+        "x's transfer must not touch y"
+    );
     // Deregistration happens when the last reference goes.
     dereg(p.recv, x_mr);
     assert_eq!(mrs(), before + 3);
@@ -138,7 +193,14 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     assert_eq!(mrs(), before + 2);
     dereg(p.recv, sub_mr);
     assert_eq!(mrs(), before + 2, "the big range is still referenced");
-    transfer(&p, src.as_mut_ptr(), smr, big.as_mut_ptr(), big_mr, &pattern(5, 1 << 20));
+    transfer(
+        &p,
+        src.as_mut_ptr(),
+        smr,
+        big.as_mut_ptr(),
+        big_mr,
+        &pattern(5, 1 << 20),
+    );
     dereg(p.recv, big_mr);
     dereg(p.send, smr);
     assert_eq!(mrs(), before);

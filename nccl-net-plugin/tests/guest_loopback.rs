@@ -171,24 +171,62 @@ fn child_flush() {
     let mut src = vec![7u8; len];
     let mut dst = vec![0u8; len];
     let (mut smr, mut rmr): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
-    let (mut rreq, mut sreq, mut freq): (*mut c_void, *mut c_void, *mut c_void) = (null_mut(), null_mut(), null_mut());
+    let (mut rreq, mut sreq, mut freq): (*mut c_void, *mut c_void, *mut c_void) =
+        (null_mut(), null_mut(), null_mut());
     // SAFETY: table calls; buffers outlive their registrations.
     unsafe {
-        ok(NET.regMr.unwrap()(p.send, src.as_mut_ptr().cast(), len, 1, &mut smr), "regMr");
-        ok(NET.regMr.unwrap()(p.recv, dst.as_mut_ptr().cast(), len, 1, &mut rmr), "regMr");
+        ok(
+            NET.regMr.unwrap()(p.send, src.as_mut_ptr().cast(), len, 1, &mut smr),
+            "regMr",
+        );
+        ok(
+            NET.regMr.unwrap()(p.recv, dst.as_mut_ptr().cast(), len, 1, &mut rmr),
+            "regMr",
+        );
         let mut d = [dst.as_mut_ptr().cast::<c_void>()];
         let mut sz = [len as c_int];
         let mut tg = [0];
         let mut mh = [rmr];
         while rreq.is_null() {
-            ok(NET.irecv.unwrap()(p.recv, 1, d.as_mut_ptr(), sz.as_mut_ptr(), tg.as_mut_ptr(), mh.as_mut_ptr(), &mut rreq), "irecv");
+            ok(
+                NET.irecv.unwrap()(
+                    p.recv,
+                    1,
+                    d.as_mut_ptr(),
+                    sz.as_mut_ptr(),
+                    tg.as_mut_ptr(),
+                    mh.as_mut_ptr(),
+                    &mut rreq,
+                ),
+                "irecv",
+            );
         }
         while sreq.is_null() {
-            ok(NET.isend.unwrap()(p.send, src.as_mut_ptr().cast(), len as c_int, 0, smr, &mut sreq), "isend");
+            ok(
+                NET.isend.unwrap()(
+                    p.send,
+                    src.as_mut_ptr().cast(),
+                    len as c_int,
+                    0,
+                    smr,
+                    &mut sreq,
+                ),
+                "isend",
+            );
         }
         wait(sreq, &mut [0]);
         wait(rreq, &mut [0]);
-        ok(NET.iflush.unwrap()(p.recv, 1, d.as_mut_ptr(), sz.as_mut_ptr(), mh.as_mut_ptr(), &mut freq), "iflush");
+        ok(
+            NET.iflush.unwrap()(
+                p.recv,
+                1,
+                d.as_mut_ptr(),
+                sz.as_mut_ptr(),
+                mh.as_mut_ptr(),
+                &mut freq,
+            ),
+            "iflush",
+        );
     }
     if freq.is_null() {
         println!("CHILD-RESULT flush=none");
@@ -204,7 +242,9 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()).collect()
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
 }
 
 /// Child, listening side of a two-process connection: prints its handle, then accepts until the
@@ -214,7 +254,12 @@ fn child_listen() {
     let mut handle = [0u8; 128];
     let mut listen: *mut c_void = null_mut();
     // SAFETY: table calls with valid out-pointers.
-    unsafe { ok(NET.listen.unwrap()(dev, handle.as_mut_ptr().cast(), &mut listen), "listen") };
+    unsafe {
+        ok(
+            NET.listen.unwrap()(dev, handle.as_mut_ptr().cast(), &mut listen),
+            "listen",
+        )
+    };
     println!("HANDLE {}", hex(&handle));
     use std::io::Write as _;
     std::io::stdout().flush().unwrap();
@@ -231,7 +276,14 @@ fn child_listen() {
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    println!("CHILD-RESULT accept={}", if recv.is_null() { "timeout" } else { "connected" });
+    println!(
+        "CHILD-RESULT accept={}",
+        if recv.is_null() {
+            "timeout"
+        } else {
+            "connected"
+        }
+    );
 }
 
 /// Child, connecting side: connects to the handle in `FERRO_PEER_HANDLE`; prints the outcome.
@@ -243,13 +295,21 @@ fn child_connect() {
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
     while send.is_null() && Instant::now() < deadline {
         // SAFETY: a handle from the peer's listen().
-        let r = unsafe { NET.connect.unwrap()(dev, handle.as_mut_ptr().cast(), &mut send, null_mut()) };
+        let r =
+            unsafe { NET.connect.unwrap()(dev, handle.as_mut_ptr().cast(), &mut send, null_mut()) };
         if r != ferro_ffi::ncclResult_t::Success {
             println!("CHILD-RESULT connect={}", r.0);
             return;
         }
     }
-    println!("CHILD-RESULT connect={}", if send.is_null() { "timeout" } else { "connected" });
+    println!(
+        "CHILD-RESULT connect={}",
+        if send.is_null() {
+            "timeout"
+        } else {
+            "connected"
+        }
+    );
 }
 
 /// Two processes whose settings that must agree differ: both sides report it, naming both values.
@@ -260,11 +320,19 @@ fn mismatched_settings_between_ranks_fail_on_both_sides() {
         Ok("connect") => return child_connect(),
         _ => {}
     }
-    assert!(std::path::Path::new("/sys/class/infiniband/rxe0").exists(), "needs the soft-RoCE guest");
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
+        "needs the soft-RoCE guest"
+    );
     use std::io::BufRead as _;
     use std::process::{Command, Stdio};
     let exe = std::env::current_exe().unwrap();
-    let args = ["--exact", "mismatched_settings_between_ranks_fail_on_both_sides", "--nocapture", "--test-threads=1"];
+    let args = [
+        "--exact",
+        "mismatched_settings_between_ranks_fail_on_both_sides",
+        "--nocapture",
+        "--test-threads=1",
+    ];
     let mut server = Command::new(&exe)
         .args(args)
         .env("FERRO_MATRIX_CHILD", "listen")
@@ -302,20 +370,36 @@ fn mismatched_settings_between_ranks_fail_on_both_sides() {
         .env("NCCL_IB_QPS_PER_CONNECTION", "4")
         .output()
         .unwrap();
-    let ctext = format!("{}{}", String::from_utf8_lossy(&client.stdout), String::from_utf8_lossy(&client.stderr));
+    let ctext = format!(
+        "{}{}",
+        String::from_utf8_lossy(&client.stdout),
+        String::from_utf8_lossy(&client.stderr)
+    );
     // The server keeps listening after refusing; stop it and read what it logged.
     let _ = server.kill();
     let sout = server.wait_with_output().unwrap();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let stext = format!("{}\n{}", rest.join("\n"), String::from_utf8_lossy(&sout.stderr));
-    assert!(ctext.contains("CHILD-RESULT connect=5"), "the connecting side must fail with ncclInvalidUsage:\n{ctext}");
+    let stext = format!(
+        "{}\n{}",
+        rest.join("\n"),
+        String::from_utf8_lossy(&sout.stderr)
+    );
+    assert!(
+        ctext.contains("CHILD-RESULT connect=5"),
+        "the connecting side must fail with ncclInvalidUsage:\n{ctext}"
+    );
     for (side, text) in [("connecting", &ctext), ("listening", &stext)] {
         assert!(
-            text.contains("NCCL_IB_QPS_PER_CONNECTION 2 here vs 4") || text.contains("NCCL_IB_QPS_PER_CONNECTION 4 here vs 2") || text.contains("settings differ between ranks"),
+            text.contains("NCCL_IB_QPS_PER_CONNECTION 2 here vs 4")
+                || text.contains("NCCL_IB_QPS_PER_CONNECTION 4 here vs 2")
+                || text.contains("settings differ between ranks"),
             "the {side} side must say which settings differ:\n{text}"
         );
     }
-    assert!(stext.contains("WARN"), "the listening side must warn:\n{stext}");
+    assert!(
+        stext.contains("WARN"),
+        "the listening side must warn:\n{stext}"
+    );
 }
 
 /// What a child process of [`settings_matrix`] does.
@@ -329,7 +413,11 @@ fn child_devices() {
         for d in 0..n {
             let mut p: ncclNetProperties_v8_t = std::mem::zeroed();
             ok(NET.getProperties.unwrap()(d, &mut p), "props");
-            names.push(std::ffi::CStr::from_ptr(p.name).to_string_lossy().into_owned());
+            names.push(
+                std::ffi::CStr::from_ptr(p.name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
         }
         (r, names)
     };
@@ -346,13 +434,62 @@ struct Case {
 
 const MATRIX: &[Case] = &[
     // QPs per connection x split mode, with the size sweep and a grouped receive.
-    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "1"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "1")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=1 NCCL_IB_SPLIT_DATA_ON_QPS=1"] },
-    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "2"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "0")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=2 NCCL_IB_SPLIT_DATA_ON_QPS=0"] },
-    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "2"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "1")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=2 NCCL_IB_SPLIT_DATA_ON_QPS=1"] },
-    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "4"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "0")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=0"] },
-    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "4"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "1")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=1"] },
-    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "8"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "0")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=8 NCCL_IB_SPLIT_DATA_ON_QPS=0"] },
-    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "8"), ("NCCL_IB_SPLIT_DATA_ON_QPS", "1")], kind: "transfer", expect: &["NCCL_IB_QPS_PER_CONNECTION=8 NCCL_IB_SPLIT_DATA_ON_QPS=1"] },
+    Case {
+        env: &[
+            ("NCCL_IB_QPS_PER_CONNECTION", "1"),
+            ("NCCL_IB_SPLIT_DATA_ON_QPS", "1"),
+        ],
+        kind: "transfer",
+        expect: &["NCCL_IB_QPS_PER_CONNECTION=1 NCCL_IB_SPLIT_DATA_ON_QPS=1"],
+    },
+    Case {
+        env: &[
+            ("NCCL_IB_QPS_PER_CONNECTION", "2"),
+            ("NCCL_IB_SPLIT_DATA_ON_QPS", "0"),
+        ],
+        kind: "transfer",
+        expect: &["NCCL_IB_QPS_PER_CONNECTION=2 NCCL_IB_SPLIT_DATA_ON_QPS=0"],
+    },
+    Case {
+        env: &[
+            ("NCCL_IB_QPS_PER_CONNECTION", "2"),
+            ("NCCL_IB_SPLIT_DATA_ON_QPS", "1"),
+        ],
+        kind: "transfer",
+        expect: &["NCCL_IB_QPS_PER_CONNECTION=2 NCCL_IB_SPLIT_DATA_ON_QPS=1"],
+    },
+    Case {
+        env: &[
+            ("NCCL_IB_QPS_PER_CONNECTION", "4"),
+            ("NCCL_IB_SPLIT_DATA_ON_QPS", "0"),
+        ],
+        kind: "transfer",
+        expect: &["NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=0"],
+    },
+    Case {
+        env: &[
+            ("NCCL_IB_QPS_PER_CONNECTION", "4"),
+            ("NCCL_IB_SPLIT_DATA_ON_QPS", "1"),
+        ],
+        kind: "transfer",
+        expect: &["NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=1"],
+    },
+    Case {
+        env: &[
+            ("NCCL_IB_QPS_PER_CONNECTION", "8"),
+            ("NCCL_IB_SPLIT_DATA_ON_QPS", "0"),
+        ],
+        kind: "transfer",
+        expect: &["NCCL_IB_QPS_PER_CONNECTION=8 NCCL_IB_SPLIT_DATA_ON_QPS=0"],
+    },
+    Case {
+        env: &[
+            ("NCCL_IB_QPS_PER_CONNECTION", "8"),
+            ("NCCL_IB_SPLIT_DATA_ON_QPS", "1"),
+        ],
+        kind: "transfer",
+        expect: &["NCCL_IB_QPS_PER_CONNECTION=8 NCCL_IB_SPLIT_DATA_ON_QPS=1"],
+    },
     // GID choice on rxe1 (IPv4 192.0.2.2 and IPv6 2001:db8::2 on dummy1), traffic over it.
     Case {
         env: &[("FERRO_TEST_DEV", "rxe1")],
@@ -366,22 +503,92 @@ const MATRIX: &[Case] = &[
         ],
     },
     // Flush: host memory needs none; FERRO_FLUSH_HOST=1 exercises the loopback-QP RDMA READ.
-    Case { env: &[], kind: "flush", expect: &["CHILD-RESULT flush=none"] },
-    Case { env: &[("FERRO_FLUSH_HOST", "1")], kind: "flush", expect: &["CHILD-RESULT flush=done"] },
-    Case { env: &[("FERRO_FLUSH_HOST", "1"), ("NCCL_IB_QPS_PER_CONNECTION", "4")], kind: "flush", expect: &["CHILD-RESULT flush=done"] },
-    Case { env: &[("FERRO_TEST_DEV", "rxe1"), ("NCCL_IB_ADDR_FAMILY", "AF_INET6")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)"] },
-    Case { env: &[("FERRO_TEST_DEV", "rxe1"), ("NCCL_IB_GID_INDEX", "2")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)", "rxe0:1/RoCE via lo GID 2 (::1)"] },
+    Case {
+        env: &[],
+        kind: "flush",
+        expect: &["CHILD-RESULT flush=none"],
+    },
+    Case {
+        env: &[("FERRO_FLUSH_HOST", "1")],
+        kind: "flush",
+        expect: &["CHILD-RESULT flush=done"],
+    },
+    Case {
+        env: &[
+            ("FERRO_FLUSH_HOST", "1"),
+            ("NCCL_IB_QPS_PER_CONNECTION", "4"),
+        ],
+        kind: "flush",
+        expect: &["CHILD-RESULT flush=done"],
+    },
+    Case {
+        env: &[
+            ("FERRO_TEST_DEV", "rxe1"),
+            ("NCCL_IB_ADDR_FAMILY", "AF_INET6"),
+        ],
+        kind: "transfer",
+        expect: &["rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)"],
+    },
+    Case {
+        env: &[("FERRO_TEST_DEV", "rxe1"), ("NCCL_IB_GID_INDEX", "2")],
+        kind: "transfer",
+        expect: &[
+            "rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)",
+            "rxe0:1/RoCE via lo GID 2 (::1)",
+        ],
+    },
     // Per-device override: rxe1 uses index 2, rxe0 keeps the automatic IPv4 choice.
-    Case { env: &[("FERRO_TEST_DEV", "rxe1"), ("FERRO_GID_INDEX", "rxe1=2")], kind: "transfer", expect: &["rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)", "rxe0:1/RoCE via lo GID 1 (::ffff:127.0.0.1)"] },
+    Case {
+        env: &[("FERRO_TEST_DEV", "rxe1"), ("FERRO_GID_INDEX", "rxe1=2")],
+        kind: "transfer",
+        expect: &[
+            "rxe1:1/RoCE via dummy1 GID 2 (2001:db8::2)",
+            "rxe0:1/RoCE via lo GID 1 (::ffff:127.0.0.1)",
+        ],
+    },
     // HCA selection changes `devices`.
-    Case { env: &[("NCCL_IB_HCA", "rxe1")], kind: "devices", expect: &["CHILD-RESULT init=0 devices=rxe1\n"] },
-    Case { env: &[("NCCL_IB_HCA", "^rxe1")], kind: "devices", expect: &["CHILD-RESULT init=0 devices=rxe0\n", "excluded by NCCL_IB_HCA=^rxe1"] },
-    Case { env: &[("NCCL_IB_HCA", "=rxe0:1")], kind: "devices", expect: &["CHILD-RESULT init=0 devices=rxe0\n"] },
-    Case { env: &[("NCCL_IB_HCA", "=rxe")], kind: "devices", expect: &["CHILD-RESULT init=2 devices=\n", "no usable RDMA device"] },
+    Case {
+        env: &[("NCCL_IB_HCA", "rxe1")],
+        kind: "devices",
+        expect: &["CHILD-RESULT init=0 devices=rxe1\n"],
+    },
+    Case {
+        env: &[("NCCL_IB_HCA", "^rxe1")],
+        kind: "devices",
+        expect: &[
+            "CHILD-RESULT init=0 devices=rxe0\n",
+            "excluded by NCCL_IB_HCA=^rxe1",
+        ],
+    },
+    Case {
+        env: &[("NCCL_IB_HCA", "=rxe0:1")],
+        kind: "devices",
+        expect: &["CHILD-RESULT init=0 devices=rxe0\n"],
+    },
+    Case {
+        env: &[("NCCL_IB_HCA", "=rxe")],
+        kind: "devices",
+        expect: &["CHILD-RESULT init=2 devices=\n", "no usable RDMA device"],
+    },
     // A non-existent explicit GID index: a clean init failure naming device, index and table.
-    Case { env: &[("NCCL_IB_GID_INDEX", "9")], kind: "devices", expect: &["CHILD-RESULT init=2 devices=\n", "rxe0 port 1: GID index 9 (explicit NCCL_IB_GID_INDEX=9)", "valid non-zero indexes: [0, 1, 2]"] },
+    Case {
+        env: &[("NCCL_IB_GID_INDEX", "9")],
+        kind: "devices",
+        expect: &[
+            "CHILD-RESULT init=2 devices=\n",
+            "rxe0 port 1: GID index 9 (explicit NCCL_IB_GID_INDEX=9)",
+            "valid non-zero indexes: [0, 1, 2]",
+        ],
+    },
     // An invalid value warns and falls back to the default.
-    Case { env: &[("NCCL_IB_QPS_PER_CONNECTION", "0")], kind: "devices", expect: &["CHILD-RESULT init=0 devices=rxe0,rxe1\n", "NCCL_IB_QPS_PER_CONNECTION=0 is outside 1..=128; using the default 1"] },
+    Case {
+        env: &[("NCCL_IB_QPS_PER_CONNECTION", "0")],
+        kind: "devices",
+        expect: &[
+            "CHILD-RESULT init=0 devices=rxe0,rxe1\n",
+            "NCCL_IB_QPS_PER_CONNECTION=0 is outside 1..=128; using the default 1",
+        ],
+    },
 ];
 
 /// Every setting combination in its own process (the plugin reads its environment once).
@@ -393,26 +600,52 @@ fn settings_matrix() {
         Ok("flush") => return child_flush(),
         _ => {}
     }
-    assert!(std::path::Path::new("/sys/class/infiniband/rxe1").exists(), "needs the soft-RoCE guest");
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe1").exists(),
+        "needs the soft-RoCE guest"
+    );
     let exe = std::env::current_exe().expect("own executable");
     let mut failures = Vec::new();
     for case in MATRIX {
         let t = Instant::now();
         let out = std::process::Command::new(&exe)
-            .args(["--exact", "settings_matrix", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "settings_matrix",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("FERRO_MATRIX_CHILD", case.kind)
             .env("FERRO_LOG_STDERR", "1")
             .envs(case.env.iter().copied())
             .output()
             .expect("spawn child");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        let missing: Vec<&str> = case.expect.iter().copied().filter(|e| !text.contains(e)).collect();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let missing: Vec<&str> = case
+            .expect
+            .iter()
+            .copied()
+            .filter(|e| !text.contains(e))
+            .collect();
         let label = format!("{:?} ({})", case.env, case.kind);
         if !out.status.success() || !missing.is_empty() {
-            failures.push(format!("{label}: status {:?}, missing {missing:?}\n{text}", out.status.code()));
+            failures.push(format!(
+                "{label}: status {:?}, missing {missing:?}\n{text}",
+                out.status.code()
+            ));
         } else {
             println!("ok  {label} in {:.1} s", t.elapsed().as_secs_f64());
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), MATRIX.len(), failures.join("\n---\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        MATRIX.len(),
+        failures.join("\n---\n")
+    );
 }

@@ -8,11 +8,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
-use ferro_ffi::{ncclResult_t, NCCL_PTR_HOST};
+use ferro_ffi::{NCCL_PTR_HOST, ncclResult_t};
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -28,7 +28,10 @@ unsafe impl Send for P {}
 fn reg(comm: *mut c_void, p: *mut u8, len: usize) -> *mut c_void {
     let mut m: *mut c_void = null_mut();
     // SAFETY: the caller keeps the buffer alive until it deregisters.
-    ok(unsafe { NET.regMr.unwrap()(comm, p.cast(), len, NCCL_PTR_HOST, &mut m) }, "regMr");
+    ok(
+        unsafe { NET.regMr.unwrap()(comm, p.cast(), len, NCCL_PTR_HOST, &mut m) },
+        "regMr",
+    );
     m
 }
 
@@ -51,7 +54,19 @@ fn many_comms_many_threads_with_concurrent_registration() {
                 let mut req: *mut c_void = null_mut();
                 while req.is_null() {
                     // SAFETY: registered buffer, comm of this test.
-                    ok(unsafe { NET.isend.unwrap()(s.0, buf.as_mut_ptr().cast(), LEN as c_int, 3, m, &mut req) }, "isend");
+                    ok(
+                        unsafe {
+                            NET.isend.unwrap()(
+                                s.0,
+                                buf.as_mut_ptr().cast(),
+                                LEN as c_int,
+                                3,
+                                m,
+                                &mut req,
+                            )
+                        },
+                        "isend",
+                    );
                 }
                 wait(req, &mut [0]);
             }
@@ -70,12 +85,28 @@ fn many_comms_many_threads_with_concurrent_registration() {
                 let mut mh = [m];
                 while req.is_null() {
                     // SAFETY: arrays of n = 1; registered buffer.
-                    ok(unsafe { NET.irecv.unwrap()(r.0, 1, d.as_mut_ptr(), sz.as_mut_ptr(), tg.as_mut_ptr(), mh.as_mut_ptr(), &mut req) }, "irecv");
+                    ok(
+                        unsafe {
+                            NET.irecv.unwrap()(
+                                r.0,
+                                1,
+                                d.as_mut_ptr(),
+                                sz.as_mut_ptr(),
+                                tg.as_mut_ptr(),
+                                mh.as_mut_ptr(),
+                                &mut req,
+                            )
+                        },
+                        "irecv",
+                    );
                 }
                 let mut got = [0];
                 wait(req, &mut got);
                 assert_eq!(got[0] as usize, LEN);
-                assert!(buf == pattern((k * 1000 + i) as u32, LEN), "comm {k} message {i} corrupted");
+                assert!(
+                    buf == pattern((k * 1000 + i) as u32, LEN),
+                    "comm {k} message {i} corrupted"
+                );
             }
             // SAFETY: m from regMr on this comm.
             ok(unsafe { NET.deregMr.unwrap()(r.0, m) }, "deregMr");
@@ -90,7 +121,10 @@ fn many_comms_many_threads_with_concurrent_registration() {
         let mut rounds = 0u32;
         while !churn_stop.load(Ordering::Relaxed) {
             let c = comms[rounds as usize % comms.len()];
-            let handles: Vec<*mut c_void> = bufs.iter_mut().map(|b| reg(c.0, b.as_mut_ptr(), b.len())).collect();
+            let handles: Vec<*mut c_void> = bufs
+                .iter_mut()
+                .map(|b| reg(c.0, b.as_mut_ptr(), b.len()))
+                .collect();
             for h in handles {
                 // SAFETY: h from regMr on c.
                 ok(unsafe { NET.deregMr.unwrap()(c.0, h) }, "deregMr churn");
@@ -105,7 +139,10 @@ fn many_comms_many_threads_with_concurrent_registration() {
     stop.store(true, Ordering::Relaxed);
     let rounds = churn.join().expect("the registration thread failed");
     assert!(rounds > 0, "the registration thread never ran concurrently");
-    println!("{} comms x {ITERS} messages verified while {rounds} register/deregister rounds ran", pairs.len());
+    println!(
+        "{} comms x {ITERS} messages verified while {rounds} register/deregister rounds ran",
+        pairs.len()
+    );
     for p in pairs {
         // SAFETY: closing what we opened.
         unsafe {
@@ -134,7 +171,18 @@ fn failed_work_completion_is_reported_with_its_cause_and_sticks() {
     // registration goes away, which is the fault being injected).
     unsafe {
         while rreq.is_null() {
-            ok(NET.irecv.unwrap()(p.recv, 1, d.as_mut_ptr(), sz.as_mut_ptr(), tg.as_mut_ptr(), mh.as_mut_ptr(), &mut rreq), "irecv");
+            ok(
+                NET.irecv.unwrap()(
+                    p.recv,
+                    1,
+                    d.as_mut_ptr(),
+                    sz.as_mut_ptr(),
+                    tg.as_mut_ptr(),
+                    mh.as_mut_ptr(),
+                    &mut rreq,
+                ),
+                "irecv",
+            );
         }
         // The receiver withdraws the memory: the sender's RDMA write must fail remotely.
         ok(NET.deregMr.unwrap()(p.recv, rmr), "deregMr");
@@ -143,7 +191,17 @@ fn failed_work_completion_is_reported_with_its_cause_and_sticks() {
     // SAFETY: registered send buffer.
     unsafe {
         while sreq.is_null() {
-            ok(NET.isend.unwrap()(p.send, src.as_mut_ptr().cast(), len as c_int, 0, smr, &mut sreq), "isend");
+            ok(
+                NET.isend.unwrap()(
+                    p.send,
+                    src.as_mut_ptr().cast(),
+                    len as c_int,
+                    0,
+                    smr,
+                    &mut sreq,
+                ),
+                "isend",
+            );
         }
     }
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -154,7 +212,10 @@ fn failed_work_completion_is_reported_with_its_cause_and_sticks() {
         if r != ncclResult_t::Success {
             break r;
         }
-        assert_eq!(done, 0, "a write into a deregistered buffer must not succeed");
+        assert_eq!(
+            done, 0,
+            "a write into a deregistered buffer must not succeed"
+        );
         assert!(Instant::now() < deadline, "no error within 60 s");
         std::thread::sleep(Duration::from_millis(1));
     };
@@ -163,7 +224,11 @@ fn failed_work_completion_is_reported_with_its_cause_and_sticks() {
     let mut again: *mut c_void = null_mut();
     // SAFETY: as above.
     let r = unsafe { NET.isend.unwrap()(p.send, src.as_mut_ptr().cast(), 8, 0, smr, &mut again) };
-    assert_eq!(r, ncclResult_t::RemoteError, "the error must stick to the comm");
+    assert_eq!(
+        r,
+        ncclResult_t::RemoteError,
+        "the error must stick to the comm"
+    );
     assert!(again.is_null());
     // SAFETY: closing what we opened, with the receive still in flight.
     unsafe {

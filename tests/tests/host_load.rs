@@ -262,9 +262,16 @@ fn harness_names_a_missing_plugin() {
 fn survives_dlclose_and_dlopen_cycles() {
     let _g = serial();
     let path = plugin_path().unwrap_or_else(|e| panic!("{e}"));
-    let dynamic = std::process::Command::new("readelf").arg("-d").arg(&path).output().expect("readelf (binutils)");
+    let dynamic = std::process::Command::new("readelf")
+        .arg("-d")
+        .arg(&path)
+        .output()
+        .expect("readelf (binutils)");
     let text = String::from_utf8_lossy(&dynamic.stdout);
-    assert!(text.contains("NODELETE"), "the plugin must be linked with -z nodelete:\n{text}");
+    assert!(
+        text.contains("NODELETE"),
+        "the plugin must be linked with -z nodelete:\n{text}"
+    );
     let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).unwrap();
     let mut first_table = std::ptr::null_mut();
     let mut first_init = None;
@@ -285,8 +292,15 @@ fn survives_dlclose_and_dlopen_cycles() {
                 first_table = t;
                 first_init = Some((r, n));
             } else {
-                assert_eq!(t, first_table, "the library was unmapped and reloaded (no NODELETE?)");
-                assert_eq!(Some((r, n)), first_init, "init after a reload must give the same outcome");
+                assert_eq!(
+                    t, first_table,
+                    "the library was unmapped and reloaded (no NODELETE?)"
+                );
+                assert_eq!(
+                    Some((r, n)),
+                    first_init,
+                    "init after a reload must give the same outcome"
+                );
             }
             assert_eq!(libc::dlclose(h), 0);
         }

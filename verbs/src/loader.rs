@@ -105,11 +105,22 @@ pub type ModifyQpFn =
     unsafe extern "C" fn(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
 pub type DestroyQpFn = unsafe extern "C" fn(qp: *mut ibv_qp) -> c_int;
 /// `_ibv_query_gid_ex(ctx, port, index, entry, flags, entry_size)`.
-pub type QueryGidExFn =
-    unsafe extern "C" fn(ctx: *mut ibv_context, port: u32, index: u32, entry: *mut c_void, flags: u32, entry_size: usize) -> c_int;
+pub type QueryGidExFn = unsafe extern "C" fn(
+    ctx: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut c_void,
+    flags: u32,
+    entry_size: usize,
+) -> c_int;
 /// `_ibv_query_gid_table(ctx, entries, max_entries, flags, entry_size)`.
-pub type QueryGidTableFn =
-    unsafe extern "C" fn(ctx: *mut ibv_context, entries: *mut c_void, max_entries: usize, flags: u32, entry_size: usize) -> isize;
+pub type QueryGidTableFn = unsafe extern "C" fn(
+    ctx: *mut ibv_context,
+    entries: *mut c_void,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize;
 pub type ForkInitFn = unsafe extern "C" fn() -> c_int;
 pub type GetAsyncEventFn =
     unsafe extern "C" fn(ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int;

@@ -113,10 +113,22 @@ mod tests {
         let mut wc = [ibv_wc::default(); 2];
         // SAFETY: qp/cq point at live (stack) structs whose context has a NULL ops table.
         unsafe {
-            assert_eq!(post_send(&mut qp, &mut swr).unwrap_err().errno, libc::EOPNOTSUPP);
-            assert_eq!(post_recv(&mut qp, &mut rwr).unwrap_err().errno, libc::EOPNOTSUPP);
-            assert_eq!(poll_cq(&mut cq, &mut wc).unwrap_err().errno, libc::EOPNOTSUPP);
-            assert_eq!(req_notify_cq(&mut cq, false).unwrap_err().errno, libc::EOPNOTSUPP);
+            assert_eq!(
+                post_send(&mut qp, &mut swr).unwrap_err().errno,
+                libc::EOPNOTSUPP
+            );
+            assert_eq!(
+                post_recv(&mut qp, &mut rwr).unwrap_err().errno,
+                libc::EOPNOTSUPP
+            );
+            assert_eq!(
+                poll_cq(&mut cq, &mut wc).unwrap_err().errno,
+                libc::EOPNOTSUPP
+            );
+            assert_eq!(
+                req_notify_cq(&mut cq, false).unwrap_err().errno,
+                libc::EOPNOTSUPP
+            );
         }
         assert!(Error::new("ibv_post_send", libc::EOPNOTSUPP).is_unsupported());
     }

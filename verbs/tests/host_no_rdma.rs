@@ -7,7 +7,10 @@ fn system_libibverbs_loads_with_all_required_symbols_and_optional_ones_detected(
         .expect("libibverbs from rdma-core must be installed (testbed/provision.sh)");
     // rdma-core 44 (Debian 12) has both optional entry points.
     let caps = v.capabilities();
-    assert!(caps.reg_mr_iova2 && caps.reg_dmabuf_mr && caps.query_gid_ex && caps.query_gid_table, "{caps:?}");
+    assert!(
+        caps.reg_mr_iova2 && caps.reg_dmabuf_mr && caps.query_gid_ex && caps.query_gid_table,
+        "{caps:?}"
+    );
 }
 
 #[test]

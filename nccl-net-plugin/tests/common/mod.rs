@@ -94,4 +94,3 @@ pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
         })
         .collect()
 }
-
