@@ -6,12 +6,16 @@
 //!   incrementally from a non-blocking socket.
 //! - [`fifo`]: the receiver-driven clear-to-send FIFO: entry encoding (with a sequence number and
 //!   a check word, so a torn or stale entry is never taken for a posted receive), slot arithmetic.
-//! - [`plan`]: how a matched group of sends becomes RDMA writes over one or several QPs, and how a
-//!   posted receive becomes receive work requests plus a FIFO write.
+//! - [`plan`]: how a matched group of sends becomes RDMA writes over one or several QPs, and
+//!   which QPs a group uses.
+//! - [`comm`]: the comm state machine: request table, send-group matching, in-flight
+//!   bookkeeping, completion handling, the `wr_id` encoding and the sticky error. The plugin's
+//!   transport only executes the verbs work it names.
 //!
 //! `docs/DESIGN.md` describes the protocol these modules implement.
 #![forbid(unsafe_code)]
 
+pub mod comm;
 pub mod fifo;
 pub mod handle;
 pub mod plan;

@@ -14,15 +14,18 @@
 //! group's data has landed. Empty writes always target the receiver's sizes FIFO, a registered
 //! region, never a possibly unregistered empty user buffer.
 
+use std::ops::Range;
+
 /// Granularity of split chunks: keeps NCCL's 128-byte protocol lines whole on one QP.
 pub const SPLIT_ALIGN: u32 = 128;
 
-/// Which QPs a group uses.
-pub fn group_qps(seq: u64, nqps: usize, split: bool) -> Vec<usize> {
+/// Which QPs a group uses: every QP when split, else QP `seq % nqps`.
+pub fn group_qps(seq: u64, nqps: usize, split: bool) -> Range<usize> {
     if split {
-        (0..nqps).collect()
+        0..nqps.max(1)
     } else {
-        vec![(seq % nqps.max(1) as u64) as usize]
+        let q = (seq % nqps.max(1) as u64) as usize;
+        q..q + 1
     }
 }
 
@@ -97,7 +100,7 @@ pub fn plan_group(
         if split {
             split_chunks(it.size, nqps)
         } else {
-            vec![(qps[0], 0, it.size)]
+            vec![(qps.start, 0, it.size)]
         }
     };
     if let [one] = items {
@@ -133,7 +136,7 @@ pub fn plan_group(
             }
         }
     }
-    for (i, &qp) in qps.iter().enumerate() {
+    for (i, qp) in qps.enumerate() {
         if i == 0 {
             w.push(Write {
                 len: 4 * items.len() as u32,

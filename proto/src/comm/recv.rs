@@ -1,0 +1,374 @@
+//! The receive side of a comm: what a posted receive turns into (zero-length receives on the
+//! QPs its group uses, and clear-to-send entries for the sender's FIFO), how the immediates of
+//! a group add up to a finished request, and flush requests.
+//!
+//! Rules (see `docs/DESIGN.md`, "Data path"):
+//! - Receive group `k` takes FIFO slot `k % SLOTS`; at most [`SLOTS`] groups are outstanding,
+//!   beyond that `irecv` is answered with a retry (NULL request).
+//! - A group is done when every QP it uses delivered its immediate. With one buffer the size is
+//!   the sum of the immediates; with several the sizes come from the sizes FIFO, which the
+//!   transport reads when the core asks for it.
+//! - One clear-to-send write in [`CTS_SIGNAL_EVERY`] is signaled.
+
+use super::requests::RequestTable;
+use super::wr_id::{CTS_SIGNAL_EVERY, WrId};
+use super::{CoreError, Done, Failure, LivenessCounter, Sticky};
+use crate::fifo::CtsEntry;
+use crate::plan;
+use crate::{MAX_RECVS, SLOTS};
+use std::ops::Range;
+
+/// Receive requests one comm can hold (receives and flushes together).
+pub const RECV_REQS: usize = SLOTS;
+
+/// One buffer of a grouped receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvBuf {
+    pub addr: u64,
+    pub size: u32,
+    pub tag: i32,
+    pub rkey: u32,
+}
+
+/// What the transport posts for a receive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostRecv {
+    pub req: u32,
+    pub seq: u64,
+    /// One zero-length receive on each of these QPs (wr_id [`PostRecv::recv_wr_id`]).
+    pub qps: Range<usize>,
+    entries: [CtsEntry; MAX_RECVS],
+    n: usize,
+    /// Whether the clear-to-send write is signaled.
+    pub signaled: bool,
+}
+
+impl PostRecv {
+    /// The clear-to-send entries, to be written into FIFO slot `seq % SLOTS`.
+    pub fn entries(&self) -> &[CtsEntry] {
+        &self.entries[..self.n]
+    }
+
+    pub fn recv_wr_id(&self) -> u64 {
+        WrId::Recv { req: self.req }.encode()
+    }
+
+    pub fn cts_wr_id(&self) -> u64 {
+        WrId::Cts { seq: self.seq }.encode()
+    }
+}
+
+/// What the transport does for an `irecv`.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned by value on the data path: boxing would allocate per message"
+)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecvStep {
+    /// [`SLOTS`] receives are outstanding (or the table is full): answer NULL, NCCL retries.
+    Retry,
+    Post(PostRecv),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum RecvReq {
+    /// A (grouped) receive waiting for `remaining` immediates.
+    Recv {
+        seq: u64,
+        n: u8,
+        remaining: u16,
+        imm_sum: u32,
+        done: Option<Done>,
+    },
+    /// A flush: one RDMA READ on the loopback flush QP.
+    Flush { done: bool },
+}
+
+/// The receive side's state.
+#[derive(Debug)]
+pub struct RecvCore {
+    nqps: usize,
+    split: bool,
+    reqs: RequestTable<RecvReq>,
+    /// The next receive group.
+    seq: u64,
+    /// Receive groups posted and not yet finished.
+    posted: usize,
+    error: Sticky,
+    liveness: LivenessCounter,
+}
+
+impl RecvCore {
+    pub fn new(nqps: usize, split: bool) -> RecvCore {
+        RecvCore {
+            nqps: nqps.max(1),
+            split,
+            reqs: RequestTable::new(RECV_REQS),
+            seq: 0,
+            posted: 0,
+            error: Sticky::default(),
+            liveness: LivenessCounter::default(),
+        }
+    }
+
+    /// Posts a receive group of `bufs.len()` buffers (1 to [`MAX_RECVS`]).
+    pub fn irecv(&mut self, bufs: &[RecvBuf]) -> Result<RecvStep, CoreError> {
+        if bufs.is_empty() || bufs.len() > MAX_RECVS {
+            return Err(CoreError::Usage(format!(
+                "irecv with n={} (must be 1..={MAX_RECVS})",
+                bufs.len()
+            )));
+        }
+        self.error.check()?;
+        if self.posted >= SLOTS || self.reqs.is_full() {
+            return Ok(RecvStep::Retry);
+        }
+        let seq = self.seq;
+        let n = bufs.len();
+        let qps = plan::group_qps(seq, self.nqps, self.split);
+        let req = self.reqs.alloc(RecvReq::Recv {
+            seq,
+            n: n as u8,
+            remaining: qps.len() as u16,
+            imm_sum: 0,
+            done: None,
+        })?;
+        let mut entries = [CtsEntry {
+            seq: 0,
+            addr: 0,
+            rkey: 0,
+            size: 0,
+            tag: 0,
+            nreqs: 0,
+            idx: 0,
+        }; MAX_RECVS];
+        for (i, (e, b)) in entries.iter_mut().zip(bufs).enumerate() {
+            *e = CtsEntry {
+                seq: seq + 1,
+                addr: b.addr,
+                rkey: b.rkey,
+                size: b.size,
+                tag: b.tag,
+                nreqs: n as u16,
+                idx: i as u16,
+            };
+        }
+        self.seq += 1;
+        self.posted += 1;
+        Ok(RecvStep::Post(PostRecv {
+            req,
+            seq,
+            qps,
+            entries,
+            n,
+            signaled: seq % CTS_SIGNAL_EVERY == 0,
+        }))
+    }
+
+    /// A flush request, or `None` when the table is full.
+    pub fn begin_flush(&mut self) -> Result<Option<u32>, CoreError> {
+        self.error.check()?;
+        if self.reqs.is_full() {
+            return Ok(None);
+        }
+        self.reqs.alloc(RecvReq::Flush { done: false }).map(Some)
+    }
+
+    /// The flush could not be posted: its request is dropped.
+    pub fn abort_flush(&mut self, req: u32) {
+        self.reqs.release(req);
+    }
+
+    pub fn flush_wr_id(req: u32) -> u64 {
+        WrId::Flush { req }.encode()
+    }
+
+    /// A successful completion polled from the comm's CQ. `read_sizes(seq, n)` reads the sizes
+    /// FIFO slot of group `seq`; it is called once, when a group of several buffers finishes.
+    pub fn handle_completion(
+        &mut self,
+        wr_id: u64,
+        imm: u32,
+        read_sizes: impl FnOnce(u64, usize) -> [u32; MAX_RECVS],
+    ) {
+        match WrId::decode(wr_id) {
+            WrId::Recv { req } => {
+                let Some(RecvReq::Recv {
+                    seq,
+                    n,
+                    remaining,
+                    imm_sum,
+                    done,
+                }) = self.reqs.get_mut(req)
+                else {
+                    return;
+                };
+                if done.is_some() || *remaining == 0 {
+                    return;
+                }
+                *imm_sum = imm_sum.wrapping_add(imm);
+                *remaining -= 1;
+                if *remaining > 0 {
+                    return;
+                }
+                let n = usize::from(*n);
+                let sizes = if n == 1 {
+                    Done::one(*imm_sum).sizes
+                } else {
+                    read_sizes(*seq, n)
+                };
+                *done = Some(Done { sizes, n });
+                self.posted -= 1;
+            }
+            WrId::Flush { req } => {
+                if let Some(RecvReq::Flush { done }) = self.reqs.get_mut(req) {
+                    *done = true;
+                }
+            }
+            WrId::Cts { .. } | WrId::Send { .. } => {}
+        }
+    }
+
+    /// `test`: the request's result when it is done (the request is then freed).
+    pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
+        let done = match *self.reqs.in_flight_mut(req)? {
+            RecvReq::Recv { done, .. } => done,
+            RecvReq::Flush { done } => done.then_some(Done::NOTHING),
+        };
+        if done.is_some() {
+            self.reqs.release(req);
+        }
+        Ok(done)
+    }
+
+    /// Records a failure; every later call reports it.
+    pub fn fail(&mut self, f: Failure) -> &Failure {
+        self.error.set(f)
+    }
+
+    pub fn failure(&self) -> Option<&Failure> {
+        self.error.get()
+    }
+
+    /// Counts an unfinished `test`; `true` when the peer's liveness should be checked.
+    pub fn tick_unfinished_test(&mut self) -> bool {
+        self.liveness.tick()
+    }
+
+    /// Receive groups posted and not yet finished.
+    pub fn posted(&self) -> usize {
+        self.posted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bufs(n: usize) -> Vec<RecvBuf> {
+        (0..n)
+            .map(|i| RecvBuf {
+                addr: 0x1000 * (i as u64 + 1),
+                size: 64,
+                tag: i as i32,
+                rkey: 3,
+            })
+            .collect()
+    }
+
+    fn post(c: &mut RecvCore, n: usize) -> PostRecv {
+        match c.irecv(&bufs(n)).unwrap() {
+            RecvStep::Post(p) => p,
+            RecvStep::Retry => panic!("expected a post"),
+        }
+    }
+
+    #[test]
+    fn a_receive_becomes_one_entry_per_buffer_with_its_group_sequence() {
+        let mut c = RecvCore::new(1, false);
+        post(&mut c, 1);
+        let p = post(&mut c, 3);
+        assert_eq!(p.seq, 1);
+        assert_eq!(p.entries().len(), 3);
+        for (i, e) in p.entries().iter().enumerate() {
+            assert_eq!((e.seq, e.nreqs, e.idx), (2, 3, i as u16));
+        }
+    }
+
+    #[test]
+    fn groups_use_one_qp_in_turn_or_every_qp_when_split() {
+        let mut c = RecvCore::new(4, false);
+        let qps: Vec<_> = (0..5).map(|_| post(&mut c, 1).qps).collect();
+        assert_eq!(qps, vec![0..1, 1..2, 2..3, 3..4, 0..1]);
+        let mut c = RecvCore::new(4, true);
+        assert_eq!(post(&mut c, 1).qps, 0..4);
+    }
+
+    #[test]
+    fn the_thirty_third_outstanding_receive_is_retried() {
+        let mut c = RecvCore::new(1, false);
+        let first = post(&mut c, 1);
+        for _ in 1..SLOTS {
+            post(&mut c, 1);
+        }
+        assert_eq!(c.irecv(&bufs(1)), Ok(RecvStep::Retry));
+        c.handle_completion(first.recv_wr_id(), 5, |_, _| unreachable!());
+        assert_eq!(c.take_done(first.req), Ok(Some(Done::one(5))));
+        assert!(matches!(c.irecv(&bufs(1)), Ok(RecvStep::Post(_))));
+    }
+
+    #[test]
+    fn a_split_receive_adds_the_immediates_of_every_qp() {
+        let mut c = RecvCore::new(3, true);
+        let p = post(&mut c, 1);
+        for imm in [128, 128, 44] {
+            assert_eq!(c.take_done(p.req), Ok(None));
+            c.handle_completion(p.recv_wr_id(), imm, |_, _| unreachable!());
+        }
+        assert_eq!(c.take_done(p.req), Ok(Some(Done::one(300))));
+    }
+
+    #[test]
+    fn a_grouped_receive_reads_its_sizes_once_when_it_finishes() {
+        let mut c = RecvCore::new(2, true);
+        let p = post(&mut c, 3);
+        let mut reads = 0;
+        for _ in 0..2 {
+            c.handle_completion(p.recv_wr_id(), 0, |seq, n| {
+                reads += 1;
+                assert_eq!((seq, n), (0, 3));
+                [1, 0, 3, 0, 0, 0, 0, 0]
+            });
+        }
+        assert_eq!(reads, 1);
+        let d = c.take_done(p.req).unwrap().unwrap();
+        assert_eq!(&d.sizes[..d.n], &[1, 0, 3]);
+    }
+
+    #[test]
+    fn group_sizes_outside_one_to_eight_are_refused() {
+        let mut c = RecvCore::new(1, false);
+        assert!(matches!(c.irecv(&[]), Err(CoreError::Usage(_))));
+        assert!(matches!(c.irecv(&bufs(9)), Err(CoreError::Usage(_))));
+    }
+
+    #[test]
+    fn one_clear_to_send_write_in_sixteen_is_signaled() {
+        let mut c = RecvCore::new(1, false);
+        let signaled: Vec<u64> = (0..SLOTS)
+            .map(|_| post(&mut c, 1))
+            .filter(|p| p.signaled)
+            .map(|p| p.seq)
+            .collect();
+        assert_eq!(signaled, vec![0, 16]);
+    }
+
+    #[test]
+    fn a_flush_is_done_on_its_completion_and_reports_no_sizes() {
+        let mut c = RecvCore::new(1, false);
+        let f = c.begin_flush().unwrap().unwrap();
+        assert_eq!(c.take_done(f), Ok(None));
+        c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
+        assert_eq!(c.take_done(f), Ok(Some(Done::NOTHING)));
+    }
+}

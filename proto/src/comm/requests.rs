@@ -1,0 +1,100 @@
+//! A comm's request table: a fixed number of slots, a free list, and the rule that a request is
+//! freed exactly once, when `test` reports it done.
+//!
+//! NCCL gets a stable pointer per slot (the plugin owns those); the state behind it lives here.
+
+use super::CoreError;
+
+/// A fixed-size table of requests of type `S`.
+#[derive(Debug)]
+pub struct RequestTable<S> {
+    slots: Vec<Option<S>>,
+    /// Free slot indexes; popped from the end, so the lowest index is used first.
+    free: Vec<u32>,
+}
+
+impl<S> RequestTable<S> {
+    pub fn new(capacity: usize) -> RequestTable<S> {
+        let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
+        RequestTable {
+            slots: (0..capacity).map(|_| None).collect(),
+            free: (0..capacity).rev().collect(),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.free.is_empty()
+    }
+
+    /// Requests in flight (allocated and not yet reported done).
+    pub fn in_flight(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Takes a free slot for `state`.
+    pub fn alloc(&mut self, state: S) -> Result<u32, CoreError> {
+        let idx = self.free.pop().ok_or(CoreError::TableFull {
+            capacity: self.slots.len(),
+        })?;
+        self.slots[idx as usize] = Some(state);
+        Ok(idx)
+    }
+
+    pub fn get(&self, idx: u32) -> Option<&S> {
+        self.slots.get(idx as usize).and_then(Option::as_ref)
+    }
+
+    pub fn get_mut(&mut self, idx: u32) -> Option<&mut S> {
+        self.slots.get_mut(idx as usize).and_then(Option::as_mut)
+    }
+
+    /// The state of a request that must be in flight (`test` on anything else is a usage error).
+    pub fn in_flight_mut(&mut self, idx: u32) -> Result<&mut S, CoreError> {
+        self.get_mut(idx).ok_or(CoreError::NotInFlight { idx })
+    }
+
+    /// Frees a slot; the state it held is returned.
+    pub fn release(&mut self, idx: u32) -> Option<S> {
+        let s = self.slots.get_mut(idx as usize)?.take()?;
+        self.free.push(idx);
+        Some(s)
+    }
+
+    /// Every request in flight, with its index.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut S)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_mut().map(|s| (i as u32, s)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_reused_only_after_release() {
+        let mut t = RequestTable::new(2);
+        let a = t.alloc('a').unwrap();
+        let b = t.alloc('b').unwrap();
+        assert_eq!((a, b), (0, 1));
+        assert!(t.is_full());
+        assert_eq!(t.alloc('c'), Err(CoreError::TableFull { capacity: 2 }));
+        assert_eq!(t.release(a), Some('a'));
+        assert_eq!(t.release(a), None, "a second release finds nothing");
+        assert_eq!(t.alloc('d').unwrap(), a);
+        assert_eq!(t.in_flight(), 2);
+    }
+
+    #[test]
+    fn a_free_or_out_of_range_slot_is_not_in_flight() {
+        let mut t: RequestTable<u8> = RequestTable::new(4);
+        assert_eq!(t.in_flight_mut(0), Err(CoreError::NotInFlight { idx: 0 }));
+        assert_eq!(t.in_flight_mut(99), Err(CoreError::NotInFlight { idx: 99 }));
+    }
+}

@@ -1,0 +1,481 @@
+//! The send side of a comm: which posted receive buffer each `isend` fills, when a group of
+//! sends is complete and can be written, and when its requests are done.
+//!
+//! Rules (see `docs/DESIGN.md`, "Data path"):
+//! - Sends fill the receiver's groups in order. The head group `k` is opened from the entries
+//!   the receiver wrote into FIFO slot `k % SLOTS`; until all of its entries are there, `isend`
+//!   is answered with a retry (NULL request), as NCCL's own transport does.
+//! - A send takes the first untaken entry of the head group with its tag (tags may repeat). A
+//!   send whose tag has no untaken entry left belongs to a later group (NCCL's per-tag senders
+//!   run ahead of each other): it is answered with a retry, never an error.
+//! - When every entry of the head group is taken, the group is handed to the transport to be
+//!   written, and the next group becomes the head.
+//! - The in-flight bookkeeping of slot `k % SLOTS` is reused for group `k + SLOTS` only once
+//!   every signaled write of group `k` completed; until then a new group is not opened (retry).
+
+use super::requests::RequestTable;
+use super::wr_id::WrId;
+use super::{CoreError, Done, Failure, LivenessCounter, Sticky};
+use crate::fifo::{self, CtsEntry, MatchError};
+use crate::plan::{self, SendItem};
+use crate::{MAX_RECVS, SLOTS};
+
+/// Send requests one comm can hold: NCCL may post `NCCL_NET_MAX_REQUESTS x maxRecvs` isends.
+pub const SEND_REQS: usize = SLOTS * MAX_RECVS;
+
+/// Why an `isend` gets no request yet (the caller answers NULL and NCCL calls again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendWait {
+    /// The receiver has not (fully) posted group `seq` yet.
+    ClearToSend { seq: u64 },
+    /// Group `seq - SLOTS`, which used the same slot, still has writes in flight.
+    SlotBusy { seq: u64 },
+    /// Every buffer with this tag in the head group `seq` is taken: the send is for a later group.
+    TagAhead { tag: i32, seq: u64 },
+}
+
+/// What the transport does for an `isend`.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned by value on the data path: boxing would allocate per message"
+)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendStep {
+    /// No request: answer NULL, NCCL retries.
+    Retry(SendWait),
+    /// The send is matched; its group waits for other members before anything is written.
+    Matched { req: u32 },
+    /// The send is matched and completes its group: write the group now.
+    Post { req: u32, group: ReadyGroup },
+}
+
+/// A complete group of matched sends, ready to be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadyGroup {
+    pub seq: u64,
+    items: [SendItem; MAX_RECVS],
+    n: usize,
+}
+
+impl ReadyGroup {
+    /// The sends in the receiver's buffer order.
+    pub fn items(&self) -> &[SendItem] {
+        &self.items[..self.n]
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SendReq {
+    size: u32,
+    done: bool,
+}
+
+/// The head group while its sends are being matched.
+#[derive(Debug)]
+struct OpenGroup {
+    seq: u64,
+    entries: [CtsEntry; MAX_RECVS],
+    n: usize,
+    taken: [bool; MAX_RECVS],
+    items: [SendItem; MAX_RECVS],
+    reqs: [u32; MAX_RECVS],
+}
+
+/// Signaled writes still outstanding for the group that last used a slot.
+#[derive(Debug, Clone, Copy, Default)]
+struct InFlight {
+    seq: u64,
+    remaining: u32,
+    reqs: [u32; MAX_RECVS],
+    n: usize,
+}
+
+const NO_ITEM: SendItem = SendItem {
+    addr: 0,
+    lkey: 0,
+    size: 0,
+    remote_addr: 0,
+    rkey: 0,
+};
+
+/// The send side's state.
+#[derive(Debug)]
+pub struct SendCore {
+    nqps: usize,
+    split: bool,
+    reqs: RequestTable<SendReq>,
+    /// The head group: the next group to be matched.
+    seq: u64,
+    group: Option<OpenGroup>,
+    inflight: [InFlight; SLOTS],
+    error: Sticky,
+    liveness: LivenessCounter,
+}
+
+impl SendCore {
+    pub fn new(nqps: usize, split: bool) -> SendCore {
+        SendCore {
+            nqps: nqps.max(1),
+            split,
+            reqs: RequestTable::new(SEND_REQS),
+            seq: 0,
+            group: None,
+            inflight: [InFlight::default(); SLOTS],
+            error: Sticky::default(),
+            liveness: LivenessCounter::default(),
+        }
+    }
+
+    /// The sequence number of the head group (the next one sends will fill).
+    pub fn head_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Matches one send. `read_entry(seq, i)` returns entry `i` of group `seq` from the FIFO if
+    /// it is complete (see [`CtsEntry::decode`]); it is only called when a new group is opened.
+    /// `addr`/`lkey` name the caller's registered buffer (`lkey` 0 for an empty send).
+    pub fn isend(
+        &mut self,
+        tag: i32,
+        size: u32,
+        addr: u64,
+        lkey: u32,
+        mut read_entry: impl FnMut(u64, usize) -> Option<CtsEntry>,
+    ) -> Result<SendStep, CoreError> {
+        self.error.check()?;
+        let mut g = match self.group.take() {
+            Some(g) => g,
+            None => match self.open_group(&mut read_entry) {
+                Ok(g) => g,
+                Err(wait) => return Ok(SendStep::Retry(wait)),
+            },
+        };
+        let i = match fifo::match_send(&g.entries[..g.n], &g.taken[..g.n], tag, size) {
+            Ok(i) => i,
+            Err(MatchError::NoTag { .. }) => {
+                let seq = g.seq;
+                self.group = Some(g);
+                return Ok(SendStep::Retry(SendWait::TagAhead { tag, seq }));
+            }
+            Err(e @ MatchError::TooBig { .. }) => {
+                self.group = Some(g);
+                return Err(CoreError::Usage(e.to_string()));
+            }
+        };
+        let req = match self.reqs.alloc(SendReq { size, done: false }) {
+            Ok(req) => req,
+            Err(e) => {
+                self.group = Some(g);
+                return Err(e);
+            }
+        };
+        let e = g.entries[i];
+        g.taken[i] = true;
+        g.items[i] = SendItem {
+            addr,
+            lkey,
+            size,
+            remote_addr: e.addr,
+            rkey: e.rkey,
+        };
+        g.reqs[i] = req;
+        if !g.taken[..g.n].iter().all(|t| *t) {
+            self.group = Some(g);
+            return Ok(SendStep::Matched { req });
+        }
+        self.inflight[slot(g.seq)] = InFlight {
+            seq: g.seq,
+            remaining: plan::group_qps(g.seq, self.nqps, self.split).len() as u32,
+            reqs: g.reqs,
+            n: g.n,
+        };
+        self.seq += 1;
+        Ok(SendStep::Post {
+            req,
+            group: ReadyGroup {
+                seq: g.seq,
+                items: g.items,
+                n: g.n,
+            },
+        })
+    }
+
+    fn open_group(
+        &self,
+        read_entry: &mut impl FnMut(u64, usize) -> Option<CtsEntry>,
+    ) -> Result<OpenGroup, SendWait> {
+        let seq = self.seq;
+        if self.inflight[slot(seq)].remaining > 0 {
+            return Err(SendWait::SlotBusy { seq });
+        }
+        let first = read_entry(seq, 0).ok_or(SendWait::ClearToSend { seq })?;
+        let n = usize::from(first.nreqs);
+        let mut entries = [first; MAX_RECVS];
+        for (i, slot) in entries.iter_mut().enumerate().take(n).skip(1) {
+            match read_entry(seq, i) {
+                Some(e) if e.nreqs == first.nreqs => *slot = e,
+                _ => return Err(SendWait::ClearToSend { seq }),
+            }
+        }
+        Ok(OpenGroup {
+            seq,
+            entries,
+            n,
+            taken: [false; MAX_RECVS],
+            items: [NO_ITEM; MAX_RECVS],
+            reqs: [0; MAX_RECVS],
+        })
+    }
+
+    /// A successful completion polled from the comm's CQ.
+    pub fn handle_completion(&mut self, wr_id: u64) {
+        if let WrId::Send { seq } = WrId::decode(wr_id) {
+            let f = &mut self.inflight[slot(seq)];
+            if f.seq != seq || f.remaining == 0 {
+                return;
+            }
+            f.remaining -= 1;
+            if f.remaining == 0 {
+                for &r in &f.reqs[..f.n] {
+                    if let Some(s) = self.reqs.get_mut(r) {
+                        s.done = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `test`: the request's result when it is done (the request is then freed).
+    pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
+        let s = *self.reqs.in_flight_mut(req)?;
+        if !s.done {
+            return Ok(None);
+        }
+        self.reqs.release(req);
+        Ok(Some(Done::one(s.size)))
+    }
+
+    /// Records a failure; every later call reports it.
+    pub fn fail(&mut self, f: Failure) -> &Failure {
+        self.error.set(f)
+    }
+
+    pub fn failure(&self) -> Option<&Failure> {
+        self.error.get()
+    }
+
+    /// Counts an unfinished `test`; `true` when the peer's liveness should be checked.
+    pub fn tick_unfinished_test(&mut self) -> bool {
+        self.liveness.tick()
+    }
+
+    /// Sends matched or posted and not yet reported done.
+    pub fn in_flight(&self) -> usize {
+        self.reqs.in_flight()
+    }
+}
+
+fn slot(seq: u64) -> usize {
+    (seq % SLOTS as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A FIFO the test fills by hand: `groups[k]` are the buffers of receive group `k`.
+    struct Fifo {
+        groups: Vec<Vec<(i32, u32)>>,
+    }
+
+    impl Fifo {
+        fn read(&self, seq: u64, i: usize) -> Option<CtsEntry> {
+            let g = self.groups.get(seq as usize)?;
+            let &(tag, size) = g.get(i)?;
+            Some(CtsEntry {
+                seq: seq + 1,
+                addr: 0x1000_0000 * (seq + 1) + 0x1_0000 * i as u64,
+                rkey: 7,
+                size,
+                tag,
+                nreqs: g.len() as u16,
+                idx: i as u16,
+            })
+        }
+    }
+
+    fn send(core: &mut SendCore, fifo: &Fifo, tag: i32, size: u32) -> SendStep {
+        core.isend(tag, size, 0x42, 1, |s, i| fifo.read(s, i))
+            .unwrap()
+    }
+
+    fn post_of(step: SendStep) -> ReadyGroup {
+        match step {
+            SendStep::Post { group, .. } => group,
+            other => panic!("expected a post, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_send_before_the_clear_to_send_is_retried() {
+        let mut c = SendCore::new(1, false);
+        let fifo = Fifo { groups: vec![] };
+        assert_eq!(
+            send(&mut c, &fifo, 0, 8),
+            SendStep::Retry(SendWait::ClearToSend { seq: 0 })
+        );
+        assert_eq!(c.in_flight(), 0, "a retry takes no request");
+    }
+
+    #[test]
+    fn an_overtaking_send_is_retried_until_its_group_is_the_head() {
+        // Two receive groups posted ahead, tags 1 and 2 in each; tag 1 runs ahead.
+        let fifo = Fifo {
+            groups: vec![vec![(1, 64), (2, 64)], vec![(1, 64), (2, 64)]],
+        };
+        let mut c = SendCore::new(1, false);
+        assert!(matches!(
+            send(&mut c, &fifo, 1, 64),
+            SendStep::Matched { .. }
+        ));
+        assert_eq!(
+            send(&mut c, &fifo, 1, 64),
+            SendStep::Retry(SendWait::TagAhead { tag: 1, seq: 0 }),
+            "tag 1's second send belongs to group 1 and must wait, not fail"
+        );
+        let g = post_of(send(&mut c, &fifo, 2, 64));
+        assert_eq!(g.seq, 0);
+        assert_eq!(c.head_seq(), 1);
+        let step = send(&mut c, &fifo, 1, 64);
+        assert!(matches!(step, SendStep::Matched { .. }), "{step:?}");
+    }
+
+    #[test]
+    fn repeated_tags_fill_their_buffers_in_order() {
+        let fifo = Fifo {
+            groups: vec![vec![(5, 10), (9, 10), (5, 20)]],
+        };
+        let mut c = SendCore::new(1, false);
+        send(&mut c, &fifo, 5, 1);
+        send(&mut c, &fifo, 9, 2);
+        let g = post_of(send(&mut c, &fifo, 5, 3));
+        let remote: Vec<u64> = g.items().iter().map(|i| i.remote_addr).collect();
+        let sizes: Vec<u32> = g.items().iter().map(|i| i.size).collect();
+        assert_eq!(remote, vec![0x1000_0000, 0x1001_0000, 0x1002_0000]);
+        assert_eq!(sizes, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_send_larger_than_its_buffer_is_refused() {
+        let fifo = Fifo {
+            groups: vec![vec![(0, 10)]],
+        };
+        let mut c = SendCore::new(1, false);
+        let e = c.isend(0, 11, 0, 1, |s, i| fifo.read(s, i)).unwrap_err();
+        assert!(e.to_string().contains("refusing to truncate"), "{e}");
+    }
+
+    #[test]
+    fn zero_byte_members_complete_their_group() {
+        let fifo = Fifo {
+            groups: vec![vec![(0, 0), (1, 100)]],
+        };
+        let mut c = SendCore::new(1, false);
+        send(&mut c, &fifo, 0, 0);
+        let g = post_of(send(&mut c, &fifo, 1, 100));
+        assert_eq!(g.items()[0].size, 0);
+    }
+
+    #[test]
+    fn requests_are_done_when_every_qp_of_their_group_completed() {
+        let fifo = Fifo {
+            groups: vec![vec![(0, 4096)]],
+        };
+        let mut c = SendCore::new(4, true);
+        let SendStep::Post { req, group } = send(&mut c, &fifo, 0, 4096) else {
+            panic!("single-buffer group posts at once")
+        };
+        for q in 0..4 {
+            assert_eq!(c.take_done(req), Ok(None), "after {q} of 4 QPs");
+            c.handle_completion(WrId::Send { seq: group.seq }.encode());
+        }
+        assert_eq!(c.take_done(req), Ok(Some(Done::one(4096))));
+        assert_eq!(
+            c.take_done(req),
+            Err(CoreError::NotInFlight { idx: req }),
+            "a request is reported done once"
+        );
+    }
+
+    #[test]
+    fn a_slot_is_not_reused_while_the_group_32_earlier_has_writes_in_flight() {
+        let fifo = Fifo {
+            groups: (0..=SLOTS).map(|_| vec![(0, 8)]).collect(),
+        };
+        // Two QPs unsplit: groups alternate QPs; group 0's completion is held back.
+        let mut c = SendCore::new(2, false);
+        let mut reqs = Vec::new();
+        for k in 0..SLOTS as u64 {
+            let SendStep::Post { req, group } = send(&mut c, &fifo, 0, 8) else {
+                panic!("group {k} posts")
+            };
+            reqs.push(req);
+            if k != 0 {
+                c.handle_completion(WrId::Send { seq: group.seq }.encode());
+            }
+        }
+        assert_eq!(
+            send(&mut c, &fifo, 0, 8),
+            SendStep::Retry(SendWait::SlotBusy { seq: SLOTS as u64 })
+        );
+        c.handle_completion(WrId::Send { seq: 0 }.encode());
+        assert!(matches!(send(&mut c, &fifo, 0, 8), SendStep::Post { .. }));
+        assert_eq!(c.take_done(reqs[0]), Ok(Some(Done::one(8))));
+    }
+
+    #[test]
+    fn a_stale_completion_for_another_group_of_the_slot_is_ignored() {
+        let fifo = Fifo {
+            groups: vec![vec![(0, 8)]],
+        };
+        let mut c = SendCore::new(1, false);
+        let SendStep::Post { req, .. } = send(&mut c, &fifo, 0, 8) else {
+            panic!()
+        };
+        c.handle_completion(WrId::Send { seq: SLOTS as u64 }.encode());
+        assert_eq!(c.take_done(req), Ok(None));
+    }
+
+    #[test]
+    fn a_partly_written_group_is_not_opened() {
+        // Entry 1 of the group is missing (torn or not yet arrived).
+        let mut c = SendCore::new(1, false);
+        let r = c
+            .isend(0, 8, 0, 1, |s, i| {
+                (i == 0).then_some(CtsEntry {
+                    seq: s + 1,
+                    addr: 1,
+                    rkey: 1,
+                    size: 8,
+                    tag: 0,
+                    nreqs: 2,
+                    idx: 0,
+                })
+            })
+            .unwrap();
+        assert_eq!(r, SendStep::Retry(SendWait::ClearToSend { seq: 0 }));
+    }
+
+    #[test]
+    fn a_failed_comm_refuses_every_later_send() {
+        let fifo = Fifo {
+            groups: vec![vec![(0, 8)]],
+        };
+        let mut c = SendCore::new(1, false);
+        c.fail(Failure::remote("peer gone"));
+        assert!(matches!(
+            c.isend(0, 8, 0, 1, |s, i| fifo.read(s, i)),
+            Err(CoreError::Failed(_))
+        ));
+    }
+}
