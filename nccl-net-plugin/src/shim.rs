@@ -228,8 +228,13 @@ unsafe extern "C" fn irecv(
         if data.is_null() || sizes.is_null() || tags.is_null() || mhandles.is_null() {
             return Err(Error::Usage("irecv with a NULL array".into()));
         }
-        let mut bufs = Vec::with_capacity(n);
-        for i in 0..n {
+        let mut bufs = [transport::RecvBuf {
+            addr: 0,
+            size: 0,
+            tag: 0,
+            rkey: 0,
+        }; plugin::MAX_RECVS];
+        for (i, buf) in bufs.iter_mut().enumerate().take(n) {
             // SAFETY: NCCL passes arrays of n elements each (checked non-NULL above).
             let (d, s, t, m) =
                 unsafe { (*data.add(i), *sizes.add(i), *tags.add(i), *mhandles.add(i)) };
@@ -246,9 +251,14 @@ unsafe extern "C" fn irecv(
                     )));
                 }
             };
-            bufs.push((d as u64, s, t, rkey));
+            *buf = transport::RecvBuf {
+                addr: d as u64,
+                size: s,
+                tag: t,
+                rkey,
+            };
         }
-        let r = c.irecv(&bufs)?;
+        let r = c.irecv(&bufs[..n])?;
         out(
             "request",
             request,
@@ -310,9 +320,9 @@ unsafe extern "C" fn test(
         let r = unsafe { transport::test_request(request) }?;
         match r {
             None => out("done", done, 0),
-            Some((s, n)) => {
+            Some(d) => {
                 if !sizes.is_null() {
-                    for (i, v) in s.iter().take(n).enumerate() {
+                    for (i, v) in d.sizes.iter().take(d.n).enumerate() {
                         // SAFETY: sizes has room for n entries (the request's buffer count).
                         unsafe { sizes.add(i).write(*v as c_int) };
                     }
@@ -326,21 +336,21 @@ unsafe extern "C" fn test(
 unsafe extern "C" fn close_send(comm: *mut c_void) -> ncclResult_t {
     // SAFETY: NCCL passes a send comm of ours (checked by its magic) and never uses it again.
     boundary("closeSend", || unsafe {
-        transport::close(comm, &[transport::MAGIC_SEND])
+        transport::close(comm, transport::ObjectKind::SendComm)
     })
 }
 
 unsafe extern "C" fn close_recv(comm: *mut c_void) -> ncclResult_t {
     // SAFETY: NCCL passes a receive comm of ours (checked by its magic) and never uses it again.
     boundary("closeRecv", || unsafe {
-        transport::close(comm, &[transport::MAGIC_RECV])
+        transport::close(comm, transport::ObjectKind::RecvComm)
     })
 }
 
 unsafe extern "C" fn close_listen(comm: *mut c_void) -> ncclResult_t {
     // SAFETY: NCCL passes a listen comm of ours (checked by its magic) and never uses it again.
     boundary("closeListen", || unsafe {
-        transport::close(comm, &[transport::MAGIC_LISTEN])
+        transport::close(comm, transport::ObjectKind::ListenComm)
     })
 }
 

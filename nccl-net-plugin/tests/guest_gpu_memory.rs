@@ -181,8 +181,9 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     transfer(&p, src.as_mut_ptr(), smr, y, y_mr, &pattern(2, 100));
     transfer(&p, src.as_mut_ptr(), smr, x, x_mr, &pattern(3, 100));
     // SAFETY: y points at 100 bytes inside the page.
+    let y_now = unsafe { std::slice::from_raw_parts(y, 100) };
     assert!(
-        unsafe { std::slice::from_raw_parts(y, 100) } == &pattern(2, 100)[..],
+        y_now == &pattern(2, 100)[..],
         "x's transfer must not touch y"
     );
     // Deregistration happens when the last reference goes.

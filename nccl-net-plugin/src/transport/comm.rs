@@ -1,0 +1,270 @@
+//! A connected send or receive comm: its verbs endpoint, its registered protocol memory, its
+//! out-of-band socket (the liveness signal), the request handles NCCL holds, and the protocol
+//! core (`ferro_proto::comm`) that decides everything, behind the comm's one mutex.
+//!
+//! `test` is shared by both sides: take the request if it is done, else drain the CQ into the
+//! core, take it again, and every so many unfinished calls look at the out-of-band socket.
+
+use super::endpoint::{Endpoint, FlushQp, RegBuf};
+use super::handles::{ObjectKind, ReqHandle};
+use crate::error::{Error, Result};
+use ferro_proto::comm::recv::RecvCore;
+use ferro_proto::comm::send::SendCore;
+use ferro_proto::comm::{CoreError, Done, Failure, FailureKind};
+use ferro_verbs::sys::*;
+use std::io::{ErrorKind, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Mutex, MutexGuard};
+
+/// The sender's protocol memory: its CTS FIFO (written by the peer), a staging area for the
+/// sizes of multi-buffer groups, and where the peer's sizes FIFO is.
+#[derive(Debug)]
+pub(super) struct SenderMem {
+    pub(super) fifo: RegBuf,
+    pub(super) sizes_stage: RegBuf,
+    pub(super) peer_sizes: (u64, u32),
+}
+
+/// The receiver's protocol memory: CTS staging (local copies written to the peer), its sizes
+/// FIFO (written by the peer), and where the peer's CTS FIFO is.
+#[derive(Debug)]
+pub(super) struct ReceiverMem {
+    pub(super) cts_stage: RegBuf,
+    pub(super) sizes: RegBuf,
+    pub(super) peer_fifo: (u64, u32),
+}
+
+/// Which side a comm is, with that side's memory and protocol core.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per comm, inside the comm's own Box; the send core's fixed arrays avoid allocating per message"
+)]
+#[derive(Debug)]
+pub(super) enum Side {
+    Sender {
+        mem: SenderMem,
+        core: Mutex<SendCore>,
+    },
+    Receiver {
+        mem: ReceiverMem,
+        core: Mutex<RecvCore>,
+        /// With GPUDirect RDMA (or `FERRO_FLUSH_HOST`): a QP connected to itself, used to read
+        /// back one byte of received data so it is visible before NCCL consumes it.
+        flush: Option<FlushQp>,
+    },
+}
+
+/// A connected send or receive comm.
+#[derive(Debug)]
+#[repr(C)]
+pub struct Comm {
+    /// [`ObjectKind::SendComm`] or [`ObjectKind::RecvComm`]'s magic word; first field.
+    pub(super) magic: u64,
+    pub(super) ep: Endpoint,
+    pub(super) side: Side,
+    /// `NCCL_IB_SPLIT_DATA_ON_QPS` as agreed during the handshake.
+    pub(super) split: bool,
+    pub(super) sock: TcpStream,
+    pub(super) peer: SocketAddr,
+    handles: Box<[ReqHandle]>,
+}
+
+// SAFETY: the raw pointers inside (request handles' back-pointers to this comm, verbs objects)
+// are only dereferenced under the comm's mutex or refer to thread-safe verbs objects.
+unsafe impl Send for Comm {}
+// SAFETY: as above; all mutable state is behind the core's mutex.
+unsafe impl Sync for Comm {}
+
+/// Maps a refusal of the protocol core to the plugin's error, naming the comm where useful.
+fn core_error(comm: &Comm, e: CoreError) -> Error {
+    match e {
+        CoreError::NotInFlight { .. } => Error::Usage(e.to_string()),
+        CoreError::TableFull { .. } => Error::Internal(format!("{}: {e}", comm.describe())),
+        CoreError::Usage(m) => Error::Usage(format!("{}: {m}", comm.describe())),
+        CoreError::Failed(f) => failure_error(f),
+    }
+}
+
+pub(super) fn failure_error(f: Failure) -> Error {
+    match f.kind {
+        FailureKind::Remote => Error::Remote(f.message),
+        FailureKind::System => Error::System(f.message),
+        FailureKind::Usage => Error::Usage(f.message),
+    }
+}
+
+/// What `test` needs from either side's core.
+trait TestCore {
+    fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
+    fn failure(&self) -> Option<&Failure>;
+    fn fail(&mut self, f: Failure);
+    fn tick_unfinished_test(&mut self) -> bool;
+}
+
+macro_rules! test_core {
+    ($t:ty) => {
+        impl TestCore for $t {
+            fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
+                <$t>::take_done(self, req)
+            }
+            fn failure(&self) -> Option<&Failure> {
+                <$t>::failure(self)
+            }
+            fn fail(&mut self, f: Failure) {
+                <$t>::fail(self, f);
+            }
+            fn tick_unfinished_test(&mut self) -> bool {
+                <$t>::tick_unfinished_test(self)
+            }
+        }
+    };
+}
+test_core!(SendCore);
+test_core!(RecvCore);
+
+impl Comm {
+    pub(super) fn new(
+        ep: Endpoint,
+        side: Side,
+        split: bool,
+        sock: TcpStream,
+        peer: SocketAddr,
+    ) -> Box<Comm> {
+        let (kind, nreq) = match side {
+            Side::Sender { .. } => (ObjectKind::SendComm, ferro_proto::comm::send::SEND_REQS),
+            Side::Receiver { .. } => (ObjectKind::RecvComm, ferro_proto::comm::recv::RECV_REQS),
+        };
+        let mut c = Box::new(Comm {
+            magic: kind.magic(),
+            ep,
+            side,
+            split,
+            sock,
+            peer,
+            handles: Box::new([]),
+        });
+        let me: *const Comm = &*c;
+        c.handles = (0..nreq as u32)
+            .map(|idx| ReqHandle::new(me, idx))
+            .collect();
+        c
+    }
+
+    pub(super) fn describe(&self) -> String {
+        format!(
+            "{}:{} peer {}",
+            self.ep.dev.ibdev, self.ep.dev.port, self.peer
+        )
+    }
+
+    pub(super) fn req_ptr(&self, idx: u32) -> *mut ReqHandle {
+        (&self.handles[idx as usize] as *const ReqHandle).cast_mut()
+    }
+
+    pub(super) fn lock<'a, C>(&self, m: &'a Mutex<C>) -> Result<MutexGuard<'a, C>> {
+        m.lock()
+            .map_err(|_| Error::Internal("comm unusable after an earlier internal error".into()))
+    }
+
+    pub(super) fn core_error(&self, e: CoreError) -> Error {
+        core_error(self, e)
+    }
+
+    /// Drains the CQ, handing each successful completion to `on_wc`; a failed completion
+    /// becomes the comm's sticky failure.
+    fn poll<C: TestCore>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+        let mut wcs = [ibv_wc::default(); 16];
+        loop {
+            let n = match self.ep.cq.poll(&mut wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    core.fail(Failure::system(format!("{}: {e}", self.describe())));
+                    return;
+                }
+            };
+            for wc in &wcs[..n] {
+                if wc.status == IBV_WC_SUCCESS {
+                    on_wc(core, wc);
+                } else {
+                    core.fail(Failure::remote(format!(
+                        "{}: work completion failed: {} (status {}, vendor error {:#x}, opcode {}, QP {})",
+                        self.describe(),
+                        wc_status_name(wc.status),
+                        wc.status,
+                        wc.vendor_err,
+                        wc.opcode,
+                        wc.qp_num
+                    )));
+                }
+            }
+            if n < wcs.len() {
+                return;
+            }
+        }
+    }
+
+    /// Reads the out-of-band socket; a closed or reset connection means the peer is gone.
+    fn peer_gone(&self) -> Option<String> {
+        let mut b = [0u8; 64];
+        match (&self.sock).read(&mut b) {
+            Ok(0) => Some("closed the connection".to_string()),
+            Ok(_) => None, // nothing is expected after the handshake; ignore
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+                None
+            }
+            Err(e) => Some(format!("connection error: {e}")),
+        }
+    }
+
+    /// `test` on one side's core.
+    fn test_with<C: TestCore>(
+        &self,
+        core: &mut C,
+        idx: u32,
+        on_wc: impl FnMut(&mut C, &ibv_wc) + Copy,
+    ) -> Result<Option<Done>> {
+        if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
+            return Ok(Some(d));
+        }
+        if core.failure().is_none() {
+            self.poll(core, on_wc);
+        }
+        if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
+            return Ok(Some(d));
+        }
+        if core.failure().is_none() && core.tick_unfinished_test() {
+            if let Some(why) = self.peer_gone() {
+                // Anything that completed before the peer left still counts.
+                self.poll(core, on_wc);
+                core.fail(Failure::remote(format!(
+                    "{}: peer {why} (process exited or was killed?) while requests were outstanding",
+                    self.describe()
+                )));
+            }
+        }
+        match core.failure() {
+            Some(f) => Err(failure_error(f.clone())),
+            None => Ok(None),
+        }
+    }
+
+    /// `test`: `Some` when the request is done (it is then freed).
+    pub(super) fn test(&self, idx: u32) -> Result<Option<Done>> {
+        match &self.side {
+            Side::Sender { core, .. } => {
+                let mut core = self.lock(core)?;
+                self.test_with(&mut *core, idx, |core: &mut SendCore, wc| {
+                    core.handle_completion(wc.wr_id)
+                })
+            }
+            Side::Receiver { core, mem, .. } => {
+                let mut core = self.lock(core)?;
+                self.test_with(&mut *core, idx, |core: &mut RecvCore, wc| {
+                    core.handle_completion(wc.wr_id, u32::from_be(wc.imm_data), |seq, n| {
+                        super::recv::read_sizes(&mem.sizes, seq, n)
+                    })
+                })
+            }
+        }
+    }
+}

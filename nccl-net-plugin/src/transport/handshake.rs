@@ -1,0 +1,547 @@
+//! Connection setup without blocking: `listen`, `connect` and `accept`.
+//!
+//! Each connection being set up is a [`Handshake`] whose [`Stage`] carries exactly what that
+//! stage needs. The connecting side: TCP connect, write `Connect` (its QPs and CTS FIFO), read
+//! `Accept` (or `Reject`), bring its QPs to RTS, write `Ready`. The accepting side: read
+//! `Connect`, check the settings that must agree, create and connect its QPs, write `Accept`,
+//! read `Ready`. Every call advances as far as the socket allows and returns; NCCL calls again.
+//! `connect`'s progress is kept in a registry keyed by a token written into the handle.
+
+use super::comm::{Comm, ReceiverMem, SenderMem, Side};
+use super::endpoint::{Endpoint, FlushQp, RegBuf};
+use super::handles::ObjectKind;
+use crate::error::{Error, Result};
+use crate::plugin::{self, NetDevice};
+use crate::{info, oob, warn};
+use ferro_ffi::log_flags::{INIT, NET};
+use ferro_proto::comm::recv::RecvCore;
+use ferro_proto::comm::send::SendCore;
+use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
+use ferro_proto::handle::{self, HANDLE_SIZE};
+use ferro_proto::wire::{self, Msg, QpMeta, Reader};
+use ferro_verbs::sys::*;
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A handshake that makes no progress for this long is abandoned.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A listening endpoint.
+#[derive(Debug)]
+#[repr(C)]
+pub struct ListenComm {
+    /// [`ObjectKind::ListenComm`]'s magic word; first field.
+    magic: u64,
+    dev: &'static NetDevice,
+    listener: TcpListener,
+    addr: SocketAddr,
+    pending: Mutex<Vec<Handshake>>,
+}
+
+/// The connecting (sending) side's resources while it is set up.
+#[derive(Debug)]
+struct SenderSetup {
+    ep: Endpoint,
+    mem: SenderMem,
+    split: bool,
+}
+
+/// The accepting (receiving) side's resources while it is set up.
+#[derive(Debug)]
+struct ReceiverSetup {
+    ep: Endpoint,
+    mem: ReceiverMem,
+    flush: Option<FlushQp>,
+    split: bool,
+}
+
+/// Bytes being written to the peer.
+#[derive(Debug)]
+struct Outgoing {
+    bytes: Vec<u8>,
+    pos: usize,
+}
+
+impl Outgoing {
+    fn new(msg: &Msg) -> Outgoing {
+        Outgoing {
+            bytes: wire::encode(msg),
+            pos: 0,
+        }
+    }
+}
+
+/// Where a connection being set up stands.
+#[derive(Debug)]
+enum Stage {
+    /// Connecting side: the TCP connect is in progress.
+    TcpConnect(SenderSetup),
+    /// Connecting side: writing `Connect`.
+    WriteConnect(SenderSetup, Outgoing),
+    /// Connecting side: reading `Accept` or `Reject`.
+    ReadAccept(SenderSetup),
+    /// Connecting side: writing `Ready`; the comm is ready once it is written.
+    WriteReady(SenderSetup, Outgoing),
+    /// Accepting side: reading `Connect`.
+    ReadConnect,
+    /// Accepting side: writing `Accept`.
+    WriteAccept(ReceiverSetup, Outgoing),
+    /// Accepting side: reading `Ready`; the comm is ready when it arrives.
+    ReadReady(ReceiverSetup),
+    /// Only while a stage is being advanced (or after a failure).
+    Gone,
+}
+
+/// What advancing one stage gave.
+enum Step {
+    /// Moved on: advance the next stage at once.
+    Next(Stage),
+    /// The socket has nothing more for now.
+    Blocked(Stage),
+    Connected(Box<Ready>),
+}
+
+/// A side whose handshake finished: what its comm is made of, with the handshake's socket.
+#[derive(Debug)]
+struct Ready {
+    ep: Endpoint,
+    side: Side,
+    split: bool,
+}
+
+/// One connection being set up (either side).
+#[derive(Debug)]
+struct Handshake {
+    sock: TcpStream,
+    peer: SocketAddr,
+    dev: &'static NetDevice,
+    reader: Reader,
+    last_progress: Instant,
+    stage: Stage,
+}
+
+fn io_err(what: &str, peer: SocketAddr, e: std::io::Error) -> Error {
+    Error::Remote(format!("{what} {peer}: {e}"))
+}
+
+impl Handshake {
+    fn new(sock: TcpStream, peer: SocketAddr, dev: &'static NetDevice, stage: Stage) -> Handshake {
+        Handshake {
+            sock,
+            peer,
+            dev,
+            reader: Reader::new(),
+            last_progress: Instant::now(),
+            stage,
+        }
+    }
+
+    /// Advances as far as possible without blocking; `Some` when connected.
+    fn progress(&mut self) -> Result<Option<Box<Ready>>> {
+        loop {
+            let stage = std::mem::replace(&mut self.stage, Stage::Gone);
+            match self.step(stage)? {
+                Step::Next(s) => self.stage = s,
+                Step::Blocked(s) => {
+                    self.stage = s;
+                    return Ok(None);
+                }
+                Step::Connected(c) => return Ok(Some(c)),
+            }
+        }
+    }
+
+    fn stalled(&self) -> bool {
+        self.last_progress.elapsed() > HANDSHAKE_TIMEOUT
+    }
+
+    fn step(&mut self, stage: Stage) -> Result<Step> {
+        Ok(match stage {
+            Stage::TcpConnect(setup) => {
+                if let Some(e) = self
+                    .sock
+                    .take_error()
+                    .map_err(|e| io_err("connect to", self.peer, e))?
+                {
+                    return Err(Error::System(format!(
+                        "cannot connect to {}: {e} (is the peer's listener reachable from here? check NCCL_SOCKET_IFNAME)",
+                        self.peer
+                    )));
+                }
+                if self.sock.peer_addr().is_err() {
+                    return Ok(Step::Blocked(Stage::TcpConnect(setup)));
+                }
+                self.last_progress = Instant::now();
+                let out = Outgoing::new(&Msg::Connect(setup.ep.meta(
+                    setup.mem.fifo.addr(0),
+                    setup.mem.fifo.mr.rkey(),
+                    setup.split,
+                )));
+                Step::Next(Stage::WriteConnect(setup, out))
+            }
+            Stage::WriteConnect(setup, mut out) => {
+                if !self.write(&mut out)? {
+                    return Ok(Step::Blocked(Stage::WriteConnect(setup, out)));
+                }
+                Step::Next(Stage::ReadAccept(setup))
+            }
+            Stage::ReadAccept(mut setup) => match self.read()? {
+                None => Step::Blocked(Stage::ReadAccept(setup)),
+                Some(Msg::Accept(meta)) => {
+                    setup.ep.connect_qps(&meta)?;
+                    setup.mem.peer_sizes = (meta.mr_addr, meta.mr_rkey);
+                    Step::Next(Stage::WriteReady(setup, Outgoing::new(&Msg::Ready)))
+                }
+                Some(m) => return Err(self.unexpected(m)),
+            },
+            Stage::WriteReady(setup, mut out) => {
+                if !self.write(&mut out)? {
+                    return Ok(Step::Blocked(Stage::WriteReady(setup, out)));
+                }
+                let SenderSetup { ep, mem, split } = setup;
+                let core = SendCore::new(ep.qps.len(), split);
+                Step::Connected(Box::new(Ready {
+                    ep,
+                    side: Side::Sender {
+                        mem,
+                        core: Mutex::new(core),
+                    },
+                    split,
+                }))
+            }
+            Stage::ReadConnect => match self.read()? {
+                None => Step::Blocked(Stage::ReadConnect),
+                Some(Msg::Connect(meta)) => {
+                    let setup = self.receiver_setup(&meta)?;
+                    let out = Outgoing::new(&Msg::Accept(setup.ep.meta(
+                        setup.mem.sizes.addr(0),
+                        setup.mem.sizes.mr.rkey(),
+                        setup.split,
+                    )));
+                    Step::Next(Stage::WriteAccept(setup, out))
+                }
+                Some(m) => return Err(self.unexpected(m)),
+            },
+            Stage::WriteAccept(setup, mut out) => {
+                if !self.write(&mut out)? {
+                    return Ok(Step::Blocked(Stage::WriteAccept(setup, out)));
+                }
+                Step::Next(Stage::ReadReady(setup))
+            }
+            Stage::ReadReady(setup) => match self.read()? {
+                None => Step::Blocked(Stage::ReadReady(setup)),
+                Some(Msg::Ready) => {
+                    let ReceiverSetup {
+                        ep,
+                        mem,
+                        flush,
+                        split,
+                    } = setup;
+                    let core = RecvCore::new(ep.qps.len(), split);
+                    Step::Connected(Box::new(Ready {
+                        ep,
+                        side: Side::Receiver {
+                            mem,
+                            core: Mutex::new(core),
+                            flush,
+                        },
+                        split,
+                    }))
+                }
+                Some(m) => return Err(self.unexpected(m)),
+            },
+            Stage::Gone => {
+                return Err(Error::Internal("handshake advanced after it failed".into()));
+            }
+        })
+    }
+
+    /// The accepting side's checks and resources for the connecting side's `Connect`.
+    fn receiver_setup(&self, meta: &QpMeta) -> Result<ReceiverSetup> {
+        let cfg = &plugin::get()?.config;
+        let split = cfg.split_data_on_qps;
+        if usize::from(meta.nqps) != usize::from(cfg.qps_per_connection) || meta.split != split {
+            let why = format!(
+                "settings differ between ranks: NCCL_IB_QPS_PER_CONNECTION {} here vs {} at {}, NCCL_IB_SPLIT_DATA_ON_QPS {} here vs {} there",
+                cfg.qps_per_connection,
+                meta.nqps,
+                self.peer,
+                u8::from(split),
+                u8::from(meta.split)
+            );
+            let _ = (&self.sock).write_all(&wire::encode(&Msg::Reject(why.clone())));
+            return Err(Error::Usage(why));
+        }
+        let ep = Endpoint::new(self.dev, usize::from(meta.nqps))?;
+        let cts_stage = RegBuf::new(&ep.pd, FIFO_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
+        let sizes = RegBuf::new(
+            &ep.pd,
+            SIZES_BYTES,
+            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+        )?;
+        ep.connect_qps(meta)?;
+        let gdr_flush = self.dev.gdr.is_on() && !cfg.gdr_flush_disable;
+        let flush = if gdr_flush || cfg.flush_host {
+            Some(ep.flush_qp()?)
+        } else {
+            None
+        };
+        Ok(ReceiverSetup {
+            ep,
+            mem: ReceiverMem {
+                cts_stage,
+                sizes,
+                peer_fifo: (meta.mr_addr, meta.mr_rkey),
+            },
+            flush,
+            split,
+        })
+    }
+
+    /// The comm of a finished handshake; its socket stays open as the liveness signal.
+    fn into_comm(self, r: Box<Ready>) -> Box<Comm> {
+        Comm::new(r.ep, r.side, r.split, self.sock, self.peer)
+    }
+
+    fn unexpected(&self, m: Msg) -> Error {
+        match m {
+            Msg::Reject(why) => {
+                Error::Usage(format!("peer {} refused the connection: {why}", self.peer))
+            }
+            m => Error::Remote(format!(
+                "unexpected handshake message from {}: {m:?}",
+                self.peer
+            )),
+        }
+    }
+
+    /// Writes what is left of `out`; `true` when all of it is written.
+    fn write(&mut self, out: &mut Outgoing) -> Result<bool> {
+        while out.pos < out.bytes.len() {
+            match (&self.sock).write(&out.bytes[out.pos..]) {
+                Ok(0) => {
+                    return Err(Error::Remote(format!(
+                        "peer {} closed during the handshake",
+                        self.peer
+                    )));
+                }
+                Ok(k) => {
+                    out.pos += k;
+                    self.last_progress = Instant::now();
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err("sending to", self.peer, e)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The next whole message, if the socket has it.
+    fn read(&mut self) -> Result<Option<Msg>> {
+        loop {
+            if let Some(m) = self
+                .reader
+                .poll()
+                .map_err(|e| Error::Remote(format!("from {}: {e}", self.peer)))?
+            {
+                return Ok(Some(m));
+            }
+            let mut buf = vec![0u8; self.reader.wanted()];
+            match (&self.sock).read(&mut buf) {
+                Ok(0) => {
+                    return Err(Error::Remote(format!(
+                        "peer {} closed the connection during the handshake",
+                        self.peer
+                    )));
+                }
+                Ok(k) => {
+                    self.reader.push(&buf[..k]);
+                    self.last_progress = Instant::now();
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err("reading from", self.peer, e)),
+            }
+        }
+    }
+}
+
+/// `listen`: binds, fills the handle.
+pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<ListenComm>> {
+    let dev = plugin::device(dev_index)?;
+    let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
+    let (ip, why) = oob::listen_ip(dev, &oob::interfaces(), ifname.as_deref());
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| Error::System(format!("{}: cannot listen on {ip} ({why}): {e}", dev.ibdev)))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::System(format!("listener: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::System(format!("listener: {e}")))?;
+    *handle_out = handle::encode(addr);
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| info!(INIT | NET, "out-of-band connections on {ip} ({why})"));
+    Ok(Box::new(ListenComm {
+        magic: ObjectKind::ListenComm.magic(),
+        dev,
+        listener,
+        addr,
+        pending: Mutex::new(Vec::new()),
+    }))
+}
+
+static CONNECTS: OnceLock<Mutex<HashMap<u64, Handshake>>> = OnceLock::new();
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+fn connects() -> MutexGuard<'static, HashMap<u64, Handshake>> {
+    let m = CONNECTS.get_or_init(|| Mutex::new(HashMap::new()));
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Starts a connection to the listener named by the handle: socket, QPs, FIFO.
+fn start_connect(dev_index: i32, h: &[u8; HANDLE_SIZE]) -> Result<Handshake> {
+    let dev = plugin::device(dev_index)?;
+    let addr = handle::decode(h).map_err(|e| Error::Argument(e.to_string()))?;
+    let cfg = &plugin::get()?.config;
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .map_err(|e| Error::System(format!("socket: {e}")))?;
+    sock.set_nonblocking(true)
+        .map_err(|e| Error::System(format!("socket: {e}")))?;
+    let _ = sock.set_nodelay(true);
+    match sock.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == ErrorKind::WouldBlock => {
+        }
+        Err(e) => return Err(Error::System(format!("cannot connect to {addr}: {e}"))),
+    }
+    let ep = Endpoint::new(dev, usize::from(cfg.qps_per_connection))?;
+    let fifo = RegBuf::new(
+        &ep.pd,
+        FIFO_BYTES,
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+    )?;
+    let sizes_stage = RegBuf::new(&ep.pd, SIZES_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
+    let setup = SenderSetup {
+        ep,
+        mem: SenderMem {
+            fifo,
+            sizes_stage,
+            peer_sizes: (0, 0),
+        },
+        split: cfg.split_data_on_qps,
+    };
+    Ok(Handshake::new(
+        sock.into(),
+        addr,
+        dev,
+        Stage::TcpConnect(setup),
+    ))
+}
+
+/// `connect`: starts or continues; `Ok(None)` means "call again".
+pub fn connect(dev_index: i32, h: &mut [u8; HANDLE_SIZE]) -> Result<Option<Box<Comm>>> {
+    let token = handle::token(h);
+    let mut p = if token == 0 {
+        start_connect(dev_index, h)?
+    } else {
+        connects().remove(&token).ok_or_else(|| {
+            Error::Argument(format!("connect handle carries unknown progress token {token:#x}: the handle is corrupt or was reused"))
+        })?
+    };
+    match p.progress() {
+        Ok(Some(ready)) => {
+            handle::set_token(h, 0);
+            Ok(Some(p.into_comm(ready)))
+        }
+        Ok(None) if p.stalled() => {
+            handle::set_token(h, 0);
+            Err(Error::Remote(format!(
+                "connecting to {}: no progress for {} s",
+                p.peer,
+                HANDSHAKE_TIMEOUT.as_secs()
+            )))
+        }
+        Ok(None) => {
+            let t = if token == 0 {
+                NEXT_TOKEN.fetch_add(1, Ordering::Relaxed)
+            } else {
+                token
+            };
+            handle::set_token(h, t);
+            connects().insert(t, p);
+            Ok(None)
+        }
+        Err(e) => {
+            handle::set_token(h, 0);
+            Err(e)
+        }
+    }
+}
+
+impl ListenComm {
+    /// `accept`: accepts new TCP connections and advances all pending ones; returns the first
+    /// that is ready. A stray or garbage connection is dropped with a warning and never blocks
+    /// the others.
+    pub fn accept(&self) -> Result<Option<Box<Comm>>> {
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| Error::Internal("listen comm poisoned".into()))?;
+        loop {
+            match self.listener.accept() {
+                Ok((sock, peer)) => {
+                    if sock.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let _ = sock.set_nodelay(true);
+                    pending.push(Handshake::new(sock, peer, self.dev, Stage::ReadConnect));
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::System(format!("accept on {}: {e}", self.addr))),
+            }
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            match pending[i].progress() {
+                Ok(Some(ready)) => {
+                    let p = pending.swap_remove(i);
+                    return Ok(Some(p.into_comm(ready)));
+                }
+                Ok(None) if pending[i].stalled() => {
+                    let p = pending.swap_remove(i);
+                    warn!(
+                        NET,
+                        "{}: dropping connection from {}: no handshake progress for {} s",
+                        self.dev.ibdev,
+                        p.peer,
+                        HANDSHAKE_TIMEOUT.as_secs()
+                    );
+                }
+                Ok(None) => i += 1,
+                Err(e) => {
+                    let p = pending.swap_remove(i);
+                    warn!(
+                        NET,
+                        "{}: dropping incoming connection from {} on {}: {e}",
+                        self.dev.ibdev,
+                        p.peer,
+                        self.addr
+                    );
+                }
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,26 @@
+//! The data path over verbs: the plugin's transport executes, for each NCCL call, the verbs work
+//! that the protocol core (`ferro_proto::comm`) decides, and feeds it the completions it polls.
+//!
+//! - [`handshake`]: `listen`, `connect`, `accept` without blocking (a stage enum per connection);
+//! - [`endpoint`]: QPs and their state transitions, the flush QP, registered protocol buffers;
+//! - [`comm`]: a connected comm (either side), its CQ polling, liveness check and `test`;
+//! - [`send`] / [`recv`]: `isend`, `irecv`, `iflush` and the posts they make;
+//! - [`registration`]: `regMr`, `regMrDmaBuf`, `deregMr` through the registration cache;
+//! - [`handles`]: the objects NCCL holds as `void*`, their magic words, and `close`.
+//!
+//! Every function here is non-blocking: `connect`/`accept` return `None` until the connection is
+//! ready, `isend`/`irecv` return no request when they must wait (NCCL calls again).
+
+mod comm;
+mod endpoint;
+mod handles;
+mod handshake;
+mod recv;
+mod registration;
+mod send;
+
+pub use comm::Comm;
+pub use ferro_proto::comm::recv::RecvBuf;
+pub use handles::{ObjectKind, ReqHandle, close, comm_ref, listen_ref, mr_ref, test_request};
+pub use handshake::{ListenComm, connect, listen};
+pub use registration::{MemKind, MrHandle, dereg_mr, reg_mr, reg_mr_dmabuf};

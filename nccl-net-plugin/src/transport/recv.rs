@@ -1,0 +1,131 @@
+//! The receive side's verbs work: posting what the core decides for a receive (zero-length
+//! receives, the clear-to-send write), reading the sizes FIFO, and flushes.
+
+use super::comm::{Comm, Side};
+use super::endpoint::RegBuf;
+use super::handles::ReqHandle;
+use super::registration::{MemKind, MrHandle};
+use crate::error::{Error, Result};
+use crate::plugin;
+use ferro_proto::MAX_RECVS;
+use ferro_proto::comm::Failure;
+use ferro_proto::comm::recv::{RecvBuf, RecvCore, RecvStep};
+use ferro_proto::fifo::{self, ENTRY_SIZE};
+use ferro_verbs::sys::*;
+use std::sync::atomic::{Ordering, fence};
+
+/// The sizes of group `seq`'s `n` buffers from the receiver's sizes FIFO (written by the peer
+/// before the immediate that finished the group).
+pub(super) fn read_sizes(sizes: &RegBuf, seq: u64, n: usize) -> [u32; MAX_RECVS] {
+    let mut out = [0u32; MAX_RECVS];
+    fence(Ordering::Acquire);
+    let off = fifo::sizes_offset(seq);
+    for (i, o) in out.iter_mut().enumerate().take(n) {
+        *o = u32::from_le_bytes(sizes.read::<4>(off + 4 * i));
+    }
+    out
+}
+
+impl Comm {
+    /// `irecv`: `Ok(None)` (a NULL request) when 32 receives are outstanding.
+    pub fn irecv(&self, bufs: &[RecvBuf]) -> Result<Option<*mut ReqHandle>> {
+        let Side::Receiver { mem, core, .. } = &self.side else {
+            return Err(Error::Usage("irecv on a send comm".into()));
+        };
+        let mut core = self.lock(core)?;
+        let post = match core.irecv(bufs).map_err(|e| self.core_error(e))? {
+            RecvStep::Retry => return Ok(None),
+            RecvStep::Post(p) => p,
+        };
+        for q in post.qps.clone() {
+            let mut wr = ibv_recv_wr {
+                wr_id: post.recv_wr_id(),
+                ..Default::default()
+            };
+            // SAFETY: a receive with no scatter entries (it only consumes the immediate).
+            if let Err(e) = unsafe { self.ep.qps[q].post_recv(&mut wr) } {
+                return Err(self.fail(&mut core, e));
+            }
+        }
+        let off = fifo::entry_offset(post.seq, 0);
+        for (i, e) in post.entries().iter().enumerate() {
+            mem.cts_stage.write(off + i * ENTRY_SIZE, &e.encode());
+        }
+        let mut sge = ibv_sge {
+            addr: mem.cts_stage.addr(off),
+            length: (post.entries().len() * ENTRY_SIZE) as u32,
+            lkey: mem.cts_stage.mr.lkey(),
+        };
+        let mut wr = ibv_send_wr {
+            wr_id: post.cts_wr_id(),
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: IBV_WR_RDMA_WRITE,
+            send_flags: if post.signaled { IBV_SEND_SIGNALED } else { 0 },
+            ..Default::default()
+        };
+        wr.wr.rdma = ibv_rdma_info {
+            remote_addr: mem.peer_fifo.0 + off as u64,
+            rkey: mem.peer_fifo.1,
+        };
+        // SAFETY: the SGE names this comm's registered CTS staging slot, untouched until the
+        // group completes (32 receives later at the earliest).
+        if let Err(e) = unsafe { self.ep.qps[0].post_send(&mut wr) } {
+            return Err(self.fail(&mut core, e));
+        }
+        Ok(Some(self.req_ptr(post.req)))
+    }
+
+    /// A failed post: the comm's sticky failure, returned as the call's error.
+    fn fail(&self, core: &mut RecvCore, e: ferro_verbs::Error) -> Error {
+        let f = core.fail(Failure::system(format!("{}: {e}", self.describe())));
+        super::comm::failure_error(f.clone())
+    }
+
+    /// `iflush`: makes received data visible to the GPU by reading one byte of the last non-empty
+    /// buffer back through the NIC on the loopback flush QP. `Ok(None)` when there is nothing to
+    /// flush: host memory (unless `FERRO_FLUSH_HOST=1`), only empty buffers, or flushing disabled
+    /// (`NCCL_GDR_FLUSH_DISABLE=1`, or no GPUDirect RDMA on this device).
+    pub fn iflush(&self, bufs: &[(u64, u32, Option<&MrHandle>)]) -> Result<Option<*mut ReqHandle>> {
+        let Side::Receiver { core, flush, .. } = &self.side else {
+            return Err(Error::Usage("iflush on a send comm".into()));
+        };
+        let Some(flush) = flush else { return Ok(None) };
+        let flush_host = plugin::get().is_ok_and(|p| p.config.flush_host);
+        let target = bufs.iter().rev().find(|(_, size, mh)| {
+            *size > 0 && mh.is_some_and(|m| m.kind() != MemKind::Host || flush_host)
+        });
+        let Some(&(addr, _, Some(mh))) = target else {
+            return Ok(None);
+        };
+        let mut core = self.lock(core)?;
+        let Some(req) = core.begin_flush().map_err(|e| self.core_error(e))? else {
+            return Ok(None);
+        };
+        let mut sge = ibv_sge {
+            addr: flush.buf.addr(0),
+            length: 1,
+            lkey: flush.buf.mr.lkey(),
+        };
+        let mut wr = ibv_send_wr {
+            wr_id: RecvCore::flush_wr_id(req),
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: IBV_WR_RDMA_READ,
+            send_flags: IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        wr.wr.rdma = ibv_rdma_info {
+            remote_addr: addr,
+            rkey: mh.rkey(),
+        };
+        // SAFETY: the SGE names the comm's own registered 4-byte landing buffer; the remote side
+        // is the caller's registered receive buffer (valid until NCCL deregisters it, after the
+        // flush completes).
+        if let Err(e) = unsafe { flush.qp.post_send(&mut wr) } {
+            core.abort_flush(req);
+            return Err(Error::System(format!("{}: flush: {e}", self.describe())));
+        }
+        Ok(Some(self.req_ptr(req)))
+    }
+}

@@ -1,0 +1,171 @@
+//! Memory registration: `regMr` (host memory, or CUDA memory through nvidia-peermem) through the
+//! device's page-granular registration cache, `regMrDmaBuf`, and `deregMr`. The handle NCCL gets
+//! is a boxed [`MrHandle`] that starts with its magic word.
+
+use super::comm::Comm;
+use super::handles::{ObjectKind, magic_of};
+use crate::error::{Error, Result};
+use crate::plugin::{self, NetDevice};
+use ferro_verbs::Mr;
+use ferro_verbs::sys::*;
+use std::sync::Arc;
+
+/// What memory a registration covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemKind {
+    Host,
+    /// CUDA memory registered by address (nvidia-peermem).
+    Cuda,
+    /// CUDA memory registered through a DMA-BUF file descriptor.
+    DmaBuf,
+}
+
+/// A registration handed to NCCL as `mhandle`.
+#[derive(Debug)]
+#[repr(C)]
+pub struct MrHandle {
+    /// [`ObjectKind::MemHandle`]'s magic word; first field.
+    pub(super) magic: u64,
+    mr: Arc<Mr>,
+    /// The cache entry this handle holds a reference on (None for DMA-BUF registrations).
+    key: Option<crate::mrcache::Key>,
+    dev: &'static NetDevice,
+    kind: MemKind,
+}
+
+impl MrHandle {
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey()
+    }
+    pub fn lkey(&self) -> u32 {
+        self.mr.lkey()
+    }
+    pub fn kind(&self) -> MemKind {
+        self.kind
+    }
+}
+
+fn reg_access() -> u32 {
+    let base = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    let ro = plugin::get().is_ok_and(|p| p.relaxed_ordering);
+    if ro {
+        base | IBV_ACCESS_RELAXED_ORDERING
+    } else {
+        base
+    }
+}
+
+/// `regMr`: host memory, or CUDA memory through nvidia-peermem. Registrations go through the
+/// device's cache, so a sub-range of a registered range (or another buffer in the same pages)
+/// costs a reference count, not a registration.
+pub fn reg_mr(comm: &Comm, data: u64, size: usize, ptr_type: i32) -> Result<Box<MrHandle>> {
+    let dev = comm.ep.dev;
+    let kind = match ptr_type {
+        ferro_ffi::NCCL_PTR_HOST => MemKind::Host,
+        ferro_ffi::NCCL_PTR_CUDA => {
+            if !dev.gdr.peermem.is_usable() {
+                return Err(Error::Usage(format!(
+                    "{}: regMr of CUDA memory refused: nvidia-peermem path unavailable ({}); {}",
+                    dev.ibdev,
+                    dev.gdr.peermem.reasons().join(", "),
+                    dev.gdr.summary
+                )));
+            }
+            MemKind::Cuda
+        }
+        other => {
+            return Err(Error::Usage(format!(
+                "{}: regMr with unknown memory type {other}",
+                dev.ibdev
+            )));
+        }
+    };
+    if data == 0 {
+        return Err(Error::Usage(format!(
+            "regMr of a NULL buffer ({size} bytes)"
+        )));
+    }
+    let addr = usize::try_from(data).map_err(|_| Error::Usage("address out of range".into()))?;
+    let pd = comm.ep.pd.clone();
+    let access = reg_access();
+    let mut cache = dev
+        .cache
+        .lock()
+        .map_err(|_| Error::Internal("registration cache poisoned".into()))?;
+    let (mr, key) = cache.acquire(addr, size, |start, len| {
+        // SAFETY: NCCL keeps the buffer allocated until deregMr (its documented contract), and the
+        // cache holds the registration only while some handle over these pages is alive; the
+        // page-rounded range lies in the same mapping as the buffer.
+        unsafe { Mr::reg(&pd, start as *mut core::ffi::c_void, len, access) }
+    })?;
+    Ok(Box::new(MrHandle {
+        magic: ObjectKind::MemHandle.magic(),
+        mr,
+        key: Some(key),
+        dev,
+        kind,
+    }))
+}
+
+/// `regMrDmaBuf`: CUDA memory through a DMA-BUF file descriptor (NCCL closes `fd` after the
+/// call; the registration keeps what it needs).
+pub fn reg_mr_dmabuf(
+    comm: &Comm,
+    data: u64,
+    size: usize,
+    ptr_type: i32,
+    offset: u64,
+    fd: i32,
+) -> Result<Box<MrHandle>> {
+    let dev = comm.ep.dev;
+    if ptr_type == ferro_ffi::NCCL_PTR_HOST && fd < 0 {
+        return reg_mr(comm, data, size, ptr_type);
+    }
+    if !dev.gdr.dmabuf.is_usable() {
+        return Err(Error::Usage(format!(
+            "{}: regMrDmaBuf refused: DMA-BUF path unavailable ({}); {}",
+            dev.ibdev,
+            dev.gdr.dmabuf.reasons().join(", "),
+            dev.gdr.summary
+        )));
+    }
+    // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range; the registration pins it.
+    let mr = unsafe { Mr::reg_dmabuf(&comm.ep.pd, offset, size, data, fd, reg_access()) }?;
+    Ok(Box::new(MrHandle {
+        magic: ObjectKind::MemHandle.magic(),
+        mr: Arc::new(mr),
+        key: None,
+        dev,
+        kind: MemKind::DmaBuf,
+    }))
+}
+
+/// `deregMr`: drops the handle's reference; the registration goes when the last one does.
+///
+/// # Safety
+/// `p` must be NULL or an `mhandle` returned by `regMr`/`regMrDmaBuf`, not yet deregistered.
+pub unsafe fn dereg_mr(p: *mut core::ffi::c_void) -> Result<()> {
+    // SAFETY: forwarded contract.
+    if unsafe { magic_of(p) } != Some(ObjectKind::MemHandle.magic()) {
+        return Err(Error::Usage(
+            "deregMr of a pointer that is not a memory handle of this plugin".into(),
+        ));
+    }
+    // SAFETY: allocated by Box::into_raw in the shim; deregMr ends its life exactly once.
+    let h = unsafe { Box::from_raw(p.cast::<MrHandle>()) };
+    let freed = match h.key {
+        Some(key) => {
+            let mut cache = h
+                .dev
+                .cache
+                .lock()
+                .map_err(|_| Error::Internal("registration cache poisoned".into()))?;
+            cache.release(key)
+        }
+        None => None,
+    };
+    // The MR itself is deregistered here, outside the cache lock, when the last Arc goes.
+    drop(freed);
+    drop(h);
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! The send side's verbs work: reading the clear-to-send FIFO for the core, and posting the
+//! writes of a complete group as the core and `ferro_proto::plan` lay them out.
+
+use super::comm::{Comm, SenderMem, Side};
+use super::handles::ReqHandle;
+use super::registration::MrHandle;
+use crate::error::{Error, Result};
+use ferro_proto::comm::Failure;
+use ferro_proto::comm::send::{ReadyGroup, SendStep};
+use ferro_proto::comm::wr_id::WrId;
+use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE};
+use ferro_proto::plan::{self, SizesSlot};
+use ferro_verbs::sys::*;
+use std::sync::atomic::{Ordering, fence};
+
+impl Comm {
+    /// `isend`: `Ok(None)` (a NULL request) until the receiver's buffer for this send is known.
+    pub fn isend(
+        &self,
+        data: u64,
+        size: u32,
+        tag: i32,
+        mh: Option<&MrHandle>,
+    ) -> Result<Option<*mut ReqHandle>> {
+        let Side::Sender { mem, core } = &self.side else {
+            return Err(Error::Usage("isend on a receive comm".into()));
+        };
+        let lkey = match (size, mh) {
+            (0, _) => 0,
+            (_, Some(m)) => m.lkey(),
+            (_, None) => {
+                return Err(Error::Usage(
+                    "isend of a non-empty buffer without a memory handle".into(),
+                ));
+            }
+        };
+        let mut core = self.lock(core)?;
+        let step = core
+            .isend(tag, size, data, lkey, |seq, i| {
+                let e = CtsEntry::decode(
+                    &mem.fifo.read::<ENTRY_SIZE>(fifo::entry_offset(seq, i)),
+                    seq,
+                );
+                // The entry's fields are used only after this point.
+                fence(Ordering::Acquire);
+                e
+            })
+            .map_err(|e| self.core_error(e))?;
+        match step {
+            SendStep::Retry(_) => Ok(None),
+            SendStep::Matched { req } => Ok(Some(self.req_ptr(req))),
+            SendStep::Post { req, group } => {
+                if let Err(e) = self.post_group(mem, &group) {
+                    core.fail(Failure::system(e.to_string()));
+                    return Err(e);
+                }
+                Ok(Some(self.req_ptr(req)))
+            }
+        }
+    }
+
+    /// Writes a complete group: its sizes into the staging slot, then every write of the plan,
+    /// one chain per QP.
+    fn post_group(&self, mem: &SenderMem, group: &ReadyGroup) -> Result<()> {
+        let soff = fifo::sizes_offset(group.seq);
+        for (i, it) in group.items().iter().enumerate() {
+            mem.sizes_stage.write(soff + 4 * i, &it.size.to_le_bytes());
+        }
+        let slot = SizesSlot {
+            local_addr: mem.sizes_stage.addr(soff),
+            lkey: mem.sizes_stage.mr.lkey(),
+            remote_addr: mem.peer_sizes.0 + soff as u64,
+            rkey: mem.peer_sizes.1,
+        };
+        let writes = plan::plan_group(
+            group.seq,
+            group.items(),
+            self.ep.qps.len(),
+            self.split,
+            slot,
+        );
+        self.post_writes(group.seq, &writes)
+    }
+
+    fn post_writes(&self, seq: u64, writes: &[plan::Write]) -> Result<()> {
+        let wr_id = WrId::Send { seq }.encode();
+        for (q, qp) in self.ep.qps.iter().enumerate() {
+            let mine: Vec<&plan::Write> = writes.iter().filter(|w| w.qp == q).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let mut sges: Vec<ibv_sge> = mine
+                .iter()
+                .map(|w| ibv_sge {
+                    addr: w.local_addr,
+                    length: w.len,
+                    lkey: w.lkey,
+                })
+                .collect();
+            let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(mine.len());
+            for (k, w) in mine.iter().enumerate() {
+                let mut wr = ibv_send_wr {
+                    wr_id,
+                    sg_list: if w.len > 0 {
+                        &mut sges[k]
+                    } else {
+                        core::ptr::null_mut()
+                    },
+                    num_sge: i32::from(w.len > 0),
+                    opcode: if w.imm.is_some() {
+                        IBV_WR_RDMA_WRITE_WITH_IMM
+                    } else {
+                        IBV_WR_RDMA_WRITE
+                    },
+                    // Only the writes with immediates are signaled: each one's completion
+                    // retires the unsignaled writes before it on that QP.
+                    send_flags: if w.imm.is_some() {
+                        IBV_SEND_SIGNALED
+                    } else {
+                        0
+                    },
+                    imm_data: w.imm.unwrap_or(0).to_be(),
+                    ..Default::default()
+                };
+                wr.wr.rdma = ibv_rdma_info {
+                    remote_addr: w.remote_addr,
+                    rkey: w.rkey,
+                };
+                wrs.push(wr);
+            }
+            for k in 1..wrs.len() {
+                let next: *mut ibv_send_wr = &mut wrs[k];
+                wrs[k - 1].next = next;
+            }
+            // SAFETY: the chain lives until post returns (the provider copies WRs); every SGE
+            // names memory registered under this comm's PD by NCCL (deregistered only after the
+            // request completes, per NCCL's contract) or by this comm (owned by it).
+            unsafe { qp.post_send(&mut wrs[0]) }
+                .map_err(|e| Error::System(format!("{}: {e}", self.describe())))?;
+        }
+        Ok(())
+    }
+}
