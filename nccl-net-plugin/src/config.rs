@@ -46,6 +46,9 @@ pub struct Config {
     pub flush_host: bool,
     /// `FERRO_GID_INDEX`: per-device GID indexes, overriding `NCCL_IB_GID_INDEX`.
     pub gid_overrides: Vec<GidOverride>,
+    /// `FERRO_STALL_WARN_S`: seconds without progress before a comm with work outstanding
+    /// logs a stall warning (then again at doubling intervals); 0 disables.
+    pub stall_warn_s: u32,
 }
 
 /// `NCCL_IB_HCA`: `[^][=]name[:port][,name[:port]...]`. Names are prefixes unless `=` is given;
@@ -175,6 +178,7 @@ impl Default for Config {
             gdr_flush_disable: false,
             flush_host: false,
             gid_overrides: Vec::new(),
+            stall_warn_s: 60,
         }
     }
 }
@@ -280,7 +284,9 @@ impl Config {
         let relaxed_ordering = int_in(get, &mut w, "NCCL_IB_PCI_RELAXED_ORDERING", 2, 0, 2) as u8;
         let gdr_flush_disable = int_in(get, &mut w, "NCCL_GDR_FLUSH_DISABLE", 0, 0, 1) == 1;
         let flush_host = int_in(get, &mut w, "FERRO_FLUSH_HOST", 0, 0, 1) == 1;
+        let stall_warn_s = int_in(get, &mut w, "FERRO_STALL_WARN_S", 60, 0, 86_400) as u32;
         let cfg = Config {
+            stall_warn_s,
             relaxed_ordering,
             gdr_flush_disable,
             flush_host,
@@ -365,10 +371,11 @@ impl Config {
             range,
             self.roce_version
         ) + &format!(
-            " NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} FERRO_FLUSH_HOST={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
+            " NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} FERRO_FLUSH_HOST={} FERRO_STALL_WARN_S={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
             self.relaxed_ordering,
             u8::from(self.gdr_flush_disable),
             u8::from(self.flush_host),
+            self.stall_warn_s,
             self.hca.as_ref().map_or("unset", |h| h.raw.as_str()),
             if self.gid_overrides.is_empty() {
                 "unset".to_string()

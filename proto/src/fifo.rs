@@ -105,66 +105,13 @@ pub fn sizes_offset(seq: u64) -> usize {
     (seq % SLOTS as u64) as usize * MAX_RECVS * 4
 }
 
-/// Why a send cannot be matched to the posted receives of its group.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MatchError {
-    NoTag {
-        tag: i32,
-        seq: u64,
-        posted: Vec<i32>,
-    },
-    TooBig {
-        size: u32,
-        capacity: u32,
-        tag: i32,
-    },
-}
-
-impl std::fmt::Display for MatchError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MatchError::NoTag { tag, seq, posted } => write!(
-                f,
-                "isend with tag {tag} matches no open buffer of receive #{seq} (posted tags {posted:?})"
-            ),
-            MatchError::TooBig {
-                size,
-                capacity,
-                tag,
-            } => write!(
-                f,
-                "isend of {size} bytes (tag {tag}) is larger than the posted receive buffer of {capacity} bytes; refusing to truncate"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for MatchError {}
-
-/// Picks the buffer for a send: the first entry not yet taken whose tag matches.
-pub fn match_send(
-    entries: &[CtsEntry],
-    taken: &[bool],
-    tag: i32,
-    size: u32,
-) -> Result<usize, MatchError> {
-    let i = entries
+/// The buffer a send with `tag` fills: the first entry not yet taken whose tag matches (tags
+/// may repeat inside a group), or `None` when every buffer with that tag is taken.
+pub fn find_buffer(entries: &[CtsEntry], taken: &[bool], tag: i32) -> Option<usize> {
+    entries
         .iter()
         .zip(taken)
         .position(|(e, t)| !t && e.tag == tag)
-        .ok_or_else(|| MatchError::NoTag {
-            tag,
-            seq: entries.first().map_or(0, |e| e.seq - 1),
-            posted: entries.iter().map(|e| e.tag).collect(),
-        })?;
-    if size > entries[i].size {
-        return Err(MatchError::TooBig {
-            size,
-            capacity: entries[i].size,
-            tag,
-        });
-    }
-    Ok(i)
 }
 
 #[cfg(test)]
@@ -241,22 +188,10 @@ mod tests {
     #[test]
     fn matching_takes_the_first_open_buffer_with_the_tag() {
         let g = [e(0, 0, 3, 4, 100), e(0, 1, 3, 4, 100), e(0, 2, 3, 9, 100)];
-        assert_eq!(match_send(&g, &[false; 3], 4, 100), Ok(0));
-        assert_eq!(match_send(&g, &[true, false, false], 4, 0), Ok(1));
-        assert_eq!(match_send(&g, &[false; 3], 9, 5), Ok(2));
-        assert!(matches!(
-            match_send(&g, &[true, true, false], 4, 1),
-            Err(MatchError::NoTag { tag: 4, .. })
-        ));
-        let err = match_send(&g, &[false; 3], 9, 101).unwrap_err();
-        assert_eq!(
-            err,
-            MatchError::TooBig {
-                size: 101,
-                capacity: 100,
-                tag: 9
-            }
-        );
-        assert!(err.to_string().contains("refusing to truncate"));
+        assert_eq!(find_buffer(&g, &[false; 3], 4), Some(0));
+        assert_eq!(find_buffer(&g, &[true, false, false], 4), Some(1));
+        assert_eq!(find_buffer(&g, &[false; 3], 9), Some(2));
+        assert_eq!(find_buffer(&g, &[true, true, false], 4), None);
+        assert_eq!(find_buffer(&g, &[false; 3], 5), None);
     }
 }

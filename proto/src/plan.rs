@@ -14,6 +14,8 @@
 //! group's data has landed. Empty writes always target the receiver's sizes FIFO, a registered
 //! region, never a possibly unregistered empty user buffer.
 
+use crate::comm::wr_id::CTS_SIGNAL_EVERY;
+use crate::{MAX_RECVS, SLOTS};
 use std::ops::Range;
 
 /// Granularity of split chunks: keeps NCCL's 128-byte protocol lines whole on one QP.
@@ -149,6 +151,38 @@ pub fn plan_group(
     w
 }
 
+/// Work-request and completion-queue depths a connection needs when NCCL uses every limit the
+/// plugin advertises (32 outstanding groups of `maxRecvs` buffers, split or not, up to 128 QPs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDepths {
+    /// Send queue of each data QP: the sender's writes of 32 groups (each group puts at most
+    /// one write per buffer plus its final on a QP), or the receiver's clear-to-send writes
+    /// (32 outstanding, plus the unsignaled ones a signaled write has not yet retired).
+    pub send_wr: u32,
+    /// Receive queue of each data QP: one zero-length receive per outstanding group.
+    pub recv_wr: u32,
+    /// Send queue of the flush QP: one read per request of a receive comm.
+    pub flush_wr: u32,
+    /// The comm's CQ: every signaled write or receive that can be outstanding at once.
+    pub cqe: u32,
+}
+
+/// The depths for a connection of `nqps` QPs.
+pub fn queue_depths(nqps: usize) -> QueueDepths {
+    let slots = SLOTS as u32;
+    let nqps = nqps.max(1) as u32;
+    let sender_wr = slots * (MAX_RECVS as u32 + 1);
+    let cts_wr = slots + CTS_SIGNAL_EVERY as u32 - 1;
+    QueueDepths {
+        send_wr: sender_wr.max(cts_wr),
+        recv_wr: slots,
+        flush_wr: slots,
+        // Sender: one signaled final per QP per group. Receiver: one receive per QP per group,
+        // the signaled clear-to-send writes, and the flushes.
+        cqe: slots * nqps + slots.div_ceil(CTS_SIGNAL_EVERY as u32) + slots,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +294,40 @@ mod tests {
         let last_data = split.iter().rposition(|x| x.imm.is_none()).unwrap();
         let first_final = split.iter().position(|x| x.imm.is_some()).unwrap();
         assert!(last_data < first_final);
+    }
+
+    #[test]
+    fn queue_depths_cover_the_worst_case_the_plan_can_produce() {
+        let sizes = [0u32, 1, 127, 129, 4096, 100_000];
+        for nqps in [1usize, 2, 3, 4, 8, 128] {
+            let d = queue_depths(nqps);
+            for split in [false, true] {
+                // 32 outstanding groups of 8 buffers of every size mix: count writes per QP.
+                let mut per_qp = vec![0u32; nqps];
+                let mut finals = 0u32;
+                for seq in 0..SLOTS as u64 {
+                    let items: Vec<SendItem> = (0..MAX_RECVS)
+                        .map(|i| item(i as u64, sizes[(seq as usize + i) % sizes.len()]))
+                        .collect();
+                    for w in plan_group(seq, &items, nqps, split, SIZES) {
+                        per_qp[w.qp] += 1;
+                        finals += u32::from(w.imm.is_some());
+                    }
+                }
+                let worst = per_qp.iter().copied().max().unwrap_or(0);
+                assert!(
+                    worst <= d.send_wr,
+                    "nqps {nqps} split {split}: {worst} writes on one QP"
+                );
+                assert!(
+                    finals + SLOTS as u32 <= d.cqe,
+                    "nqps {nqps} split {split}: {finals} signaled"
+                );
+            }
+            // Receiver: a receive per QP per group (split uses every QP).
+            assert!(SLOTS as u32 * nqps as u32 + SLOTS as u32 <= d.cqe);
+            assert!(SLOTS as u32 <= d.recv_wr);
+        }
+        assert_eq!(queue_depths(1).send_wr, 288);
     }
 }

@@ -21,12 +21,20 @@ use ferro_proto::{MAX_RECVS, SLOTS};
 use proptest::prelude::*;
 use std::collections::VecDeque;
 
-/// One buffer of a planned receive group: its tag, its capacity and the size actually sent.
+/// One buffer of a planned receive group: its tag, its capacity and the size the sender
+/// offers (larger than the capacity: truncated to it, as NCCL's own transport does).
 #[derive(Debug, Clone, Copy)]
 struct Member {
     tag: i32,
     capacity: u32,
     sent: u32,
+}
+
+impl Member {
+    /// The bytes that land: the offered size, cut to the posted buffer.
+    fn placed(&self) -> u32 {
+        self.sent.min(self.capacity)
+    }
 }
 
 /// A byte arena standing for both hosts' registered memory; addresses are offsets into it.
@@ -225,7 +233,7 @@ impl Wire {
                 req
             }
         };
-        self.send_reqs.push((req, m.sent));
+        self.send_reqs.push((req, m.placed()));
         self.next_of_tag[t] += 1;
         true
     }
@@ -406,13 +414,20 @@ impl Wire {
                 .unwrap_or_else(|| panic!("receive {gi} never completed: {}", self.state()));
             assert_eq!(d.n, g.len());
             for (mi, m) in g.iter().enumerate() {
-                assert_eq!(d.sizes[mi], m.sent, "group {gi} member {mi} size");
+                assert_eq!(d.sizes[mi], m.placed(), "group {gi} member {mi} size");
                 let a = self.buf_addr[gi][mi] as usize;
-                for i in 0..m.sent as usize {
+                for i in 0..m.placed() as usize {
                     assert_eq!(
                         self.arena.0[a + i],
                         pattern(gi, mi, i),
                         "group {gi} member {mi} byte {i}"
+                    );
+                }
+                for i in m.placed() as usize..m.capacity as usize {
+                    assert_eq!(
+                        self.arena.0[a + i],
+                        0,
+                        "group {gi} member {mi}: byte {i} past the message was written"
                     );
                 }
             }
@@ -452,6 +467,18 @@ fn one_tag_always_running_ahead_never_fails_and_lands_every_byte() {
             .collect();
         w.run(&schedule, Some(0));
         assert!(w.retries > 0, "tag 0 must actually have been held back");
+    }
+}
+
+#[test]
+fn sends_larger_than_their_buffers_are_truncated_to_the_posted_size() {
+    let groups: Vec<Vec<Member>> = (0..3)
+        .map(|_| vec![member(0, 100, 4000), member(1, 300, 300), member(0, 0, 17)])
+        .collect();
+    for (nqps, split) in [(1, false), (4, true)] {
+        let mut w = Wire::new(nqps, split, groups.clone(), 2);
+        w.run(&[], None);
+        assert_eq!(w.send.counters().truncated, 6);
     }
 }
 
@@ -520,7 +547,7 @@ proptest! {
         nqps in 1usize..=4,
         split in any::<bool>(),
         tags in 1usize..=4,
-        shape in prop::collection::vec(prop::collection::vec((0u32..4, 0u32..200, 0u32..=100), 1..=MAX_RECVS), 1..45),
+        shape in prop::collection::vec(prop::collection::vec((0u32..4, 0u32..200, 0u32..=130), 1..=MAX_RECVS), 1..45),
         schedule in prop::collection::vec(any::<u32>(), 0..1500),
         runner in prop::option::of(0usize..4),
     ) {

@@ -8,13 +8,18 @@
 use super::endpoint::{Endpoint, FlushQp, RegBuf};
 use super::handles::{ObjectKind, ReqHandle};
 use crate::error::{Error, Result};
+use crate::warn;
+use ferro_ffi::log_flags::NET;
+use ferro_proto::comm::counters::Counters;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
+use ferro_proto::comm::watchdog::Stall;
 use ferro_proto::comm::{CoreError, Done, Failure, FailureKind};
 use ferro_verbs::sys::*;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The sender's protocol memory: its CTS FIFO (written by the peer), a staging area for the
 /// sizes of multi-buffer groups, and where the peer's sizes FIFO is.
@@ -93,17 +98,24 @@ pub(super) fn failure_error(f: Failure) -> Error {
     }
 }
 
-/// What `test` needs from either side's core.
-trait TestCore {
+/// What `test` and the periodic look need from either side's core.
+pub(super) trait CoreOps {
+    /// "send" or "receive", for messages.
+    const SIDE: &'static str;
     fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
     fn failure(&self) -> Option<&Failure>;
     fn fail(&mut self, f: Failure);
-    fn tick_unfinished_test(&mut self) -> bool;
+    fn tick_waiting(&mut self) -> bool;
+    fn counters(&self) -> &Counters;
+    fn counters_mut(&mut self) -> &mut Counters;
+    fn check_stall(&mut self, now: Duration) -> Option<Stall>;
+    fn describe_wait(&self) -> String;
 }
 
-macro_rules! test_core {
-    ($t:ty) => {
-        impl TestCore for $t {
+macro_rules! core_ops {
+    ($t:ty, $side:literal) => {
+        impl CoreOps for $t {
+            const SIDE: &'static str = $side;
             fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
                 <$t>::take_done(self, req)
             }
@@ -113,14 +125,57 @@ macro_rules! test_core {
             fn fail(&mut self, f: Failure) {
                 <$t>::fail(self, f);
             }
-            fn tick_unfinished_test(&mut self) -> bool {
-                <$t>::tick_unfinished_test(self)
+            fn tick_waiting(&mut self) -> bool {
+                <$t>::tick_waiting(self)
+            }
+            fn counters(&self) -> &Counters {
+                <$t>::counters(self)
+            }
+            fn counters_mut(&mut self) -> &mut Counters {
+                <$t>::counters_mut(self)
+            }
+            fn check_stall(&mut self, now: Duration) -> Option<Stall> {
+                <$t>::check_stall(self, now)
+            }
+            fn describe_wait(&self) -> String {
+                <$t>::describe_wait(self)
             }
         }
     };
 }
-test_core!(SendCore);
-test_core!(RecvCore);
+core_ops!(SendCore, "send");
+core_ops!(RecvCore, "receive");
+
+/// Hands a successful completion of a send comm's CQ to its core.
+pub(super) fn sender_completion(core: &mut SendCore, wc: &ibv_wc) {
+    core.handle_completion(wc.wr_id);
+}
+
+/// Hands a successful completion of a receive comm's CQ to its core, which reads the sizes FIFO
+/// when a multi-buffer group finishes.
+pub(super) fn receiver_completion(
+    mem: &ReceiverMem,
+) -> impl Fn(&mut RecvCore, &ibv_wc) + Copy + '_ {
+    move |core, wc| {
+        core.handle_completion(wc.wr_id, u32::from_be(wc.imm_data), |seq, n| {
+            super::recv::read_sizes(&mem.sizes, seq, n)
+        })
+    }
+}
+
+/// A retried call's answer: NULL, unless the periodic look found the comm failed.
+pub(super) fn retry_answer<C: CoreOps, T>(core: &C) -> Result<Option<T>> {
+    match core.failure() {
+        Some(f) => Err(failure_error(f.clone())),
+        None => Ok(None),
+    }
+}
+
+/// The time since the plugin first looked at the clock: the watchdog's time base.
+fn now() -> Duration {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
+}
 
 impl Comm {
     pub(super) fn new(
@@ -172,10 +227,15 @@ impl Comm {
 
     /// Drains the CQ, handing each successful completion to `on_wc`; a failed completion
     /// becomes the comm's sticky failure.
-    fn poll<C: TestCore>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+    pub(super) fn poll<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
         let mut wcs = [ibv_wc::default(); 16];
         loop {
+            core.counters_mut().polls += 1;
             let n = match self.ep.cq.poll(&mut wcs) {
+                Ok(0) => {
+                    core.counters_mut().empty_polls += 1;
+                    0
+                }
                 Ok(n) => n,
                 Err(e) => {
                     core.fail(Failure::system(format!("{}: {e}", self.describe())));
@@ -216,8 +276,38 @@ impl Comm {
         }
     }
 
+    /// Called on every call that waits (an unfinished `test`, a retried `isend` or `irecv`):
+    /// every so many of them, look at the peer's out-of-band connection and the clock (stall
+    /// watchdog). A dead peer becomes the comm's sticky failure after a last poll, so anything
+    /// that completed before it left still counts.
+    pub(super) fn on_wait<C: CoreOps>(&self, core: &mut C, on_wc: impl FnMut(&mut C, &ibv_wc)) {
+        if core.failure().is_some() || !core.tick_waiting() {
+            return;
+        }
+        if let Some(why) = self.peer_gone() {
+            self.poll(core, on_wc);
+            core.fail(Failure::remote(format!(
+                "{}: peer {why} (process exited or was killed?) while requests were outstanding; {}",
+                self.describe(),
+                core.describe_wait()
+            )));
+            return;
+        }
+        if let Some(stall) = core.check_stall(now()) {
+            warn!(
+                NET,
+                "{}: {} comm made no progress for {} s: {}; {}",
+                self.describe(),
+                C::SIDE,
+                stall.idle.as_secs(),
+                core.describe_wait(),
+                core.counters().summary(C::SIDE == "send")
+            );
+        }
+    }
+
     /// `test` on one side's core.
-    fn test_with<C: TestCore>(
+    fn test_with<C: CoreOps>(
         &self,
         core: &mut C,
         idx: u32,
@@ -232,20 +322,26 @@ impl Comm {
         if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
             return Ok(Some(d));
         }
-        if core.failure().is_none() && core.tick_unfinished_test() {
-            if let Some(why) = self.peer_gone() {
-                // Anything that completed before the peer left still counts.
-                self.poll(core, on_wc);
-                core.fail(Failure::remote(format!(
-                    "{}: peer {why} (process exited or was killed?) while requests were outstanding",
-                    self.describe()
-                )));
-            }
-        }
+        self.on_wait(core, on_wc);
         match core.failure() {
             Some(f) => Err(failure_error(f.clone())),
             None => Ok(None),
         }
+    }
+
+    /// The line logged when the comm closes: what it did, from its counters.
+    pub(super) fn close_line(&self) -> String {
+        let (what, summary) = match &self.side {
+            Side::Sender { core, .. } => {
+                ("send", core.lock().ok().map(|c| c.counters().summary(true)))
+            }
+            Side::Receiver { core, .. } => (
+                "receive",
+                core.lock().ok().map(|c| c.counters().summary(false)),
+            ),
+        };
+        let summary = summary.unwrap_or_else(|| "counters unavailable".into());
+        format!("{}: {what} comm closed: {summary}", self.describe())
     }
 
     /// `test`: `Some` when the request is done (it is then freed).
@@ -253,17 +349,11 @@ impl Comm {
         match &self.side {
             Side::Sender { core, .. } => {
                 let mut core = self.lock(core)?;
-                self.test_with(&mut *core, idx, |core: &mut SendCore, wc| {
-                    core.handle_completion(wc.wr_id)
-                })
+                self.test_with(&mut *core, idx, sender_completion)
             }
             Side::Receiver { core, mem, .. } => {
                 let mut core = self.lock(core)?;
-                self.test_with(&mut *core, idx, |core: &mut RecvCore, wc| {
-                    core.handle_completion(wc.wr_id, u32::from_be(wc.imm_data), |seq, n| {
-                        super::recv::read_sizes(&mem.sizes, seq, n)
-                    })
-                })
+                self.test_with(&mut *core, idx, receiver_completion(mem))
             }
         }
     }

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::plugin::{self, NetDevice};
-use ferro_proto::SLOTS;
+use ferro_proto::plan;
 use ferro_proto::wire::QpMeta;
 use ferro_verbs::sys::*;
 use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps};
@@ -31,13 +31,15 @@ pub(super) struct Endpoint {
 }
 
 impl Endpoint {
-    /// `nqps` RC QPs in INIT on one CQ of the device's protection domain.
+    /// `nqps` RC QPs in INIT on one CQ of the device's protection domain, their queues sized for
+    /// the worst case the advertised limits allow ([`plan::queue_depths`]).
     pub(super) fn new(dev: &'static NetDevice, nqps: usize) -> Result<Endpoint> {
         let pd = dev.pd().clone();
-        let cq = Cq::new(&dev.ctx, (1024 + 2 * SLOTS * nqps) as u32)?;
+        let depths = plan::queue_depths(nqps);
+        let cq = Cq::new(&dev.ctx, depths.cqe)?;
         let caps = QpCaps {
-            max_send_wr: 512,
-            max_recv_wr: 2 * SLOTS as u32,
+            max_send_wr: depths.send_wr,
+            max_recv_wr: depths.recv_wr,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
@@ -157,7 +159,7 @@ impl Endpoint {
     /// data through the NIC).
     pub(super) fn flush_qp(&self) -> Result<FlushQp> {
         let caps = QpCaps {
-            max_send_wr: 2 * SLOTS as u32,
+            max_send_wr: plan::queue_depths(self.qps.len()).flush_wr,
             max_recv_wr: 1,
             max_send_sge: 1,
             max_recv_sge: 1,

@@ -10,6 +10,8 @@ use super::comm::Comm;
 use super::handshake::ListenComm;
 use super::registration::MrHandle;
 use crate::error::{Error, Result};
+use crate::info;
+use ferro_ffi::log_flags::NET;
 use ferro_proto::comm::Done;
 
 /// The kinds of object NCCL gets from the plugin.
@@ -162,7 +164,9 @@ pub unsafe fn close(p: *mut core::ffi::c_void, kind: ObjectKind) -> Result<()> {
         ObjectKind::ListenComm => drop(unsafe { Box::from_raw(p.cast::<ListenComm>()) }),
         ObjectKind::SendComm | ObjectKind::RecvComm => {
             // SAFETY: as above.
-            drop(unsafe { Box::from_raw(p.cast::<Comm>()) })
+            let comm = unsafe { Box::from_raw(p.cast::<Comm>()) };
+            info!(NET, "{}", comm.close_line());
+            drop(comm);
         }
         ObjectKind::MemHandle | ObjectKind::Request => {}
     }

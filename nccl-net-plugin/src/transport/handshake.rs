@@ -30,6 +30,14 @@ use std::time::{Duration, Instant};
 /// A handshake that makes no progress for this long is abandoned.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// TCP keepalive on a comm's out-of-band connection, so that a peer host that vanished without
+/// closing it (power loss, a partitioned network) is noticed too: the first probe after this
+/// much silence, then one every [`KEEPALIVE_INTERVAL`], and the connection fails after
+/// [`KEEPALIVE_PROBES`] unanswered ones: at most 10 + 6 x 5 = 40 s after the peer went silent.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 6;
+
 /// A listening endpoint.
 #[derive(Debug)]
 #[repr(C)]
@@ -124,6 +132,13 @@ struct Handshake {
     stage: Stage,
 }
 
+/// `FERRO_STALL_WARN_S` as a duration (zero: the watchdog is off).
+fn stall_threshold() -> Result<Duration> {
+    Ok(Duration::from_secs(u64::from(
+        plugin::get()?.config.stall_warn_s,
+    )))
+}
+
 fn io_err(what: &str, peer: SocketAddr, e: std::io::Error) -> Error {
     Error::Remote(format!("{what} {peer}: {e}"))
 }
@@ -203,7 +218,8 @@ impl Handshake {
                     return Ok(Step::Blocked(Stage::WriteReady(setup, out)));
                 }
                 let SenderSetup { ep, mem, split } = setup;
-                let core = SendCore::new(ep.qps.len(), split);
+                let core =
+                    SendCore::new(ep.qps.len(), split).with_stall_threshold(stall_threshold()?);
                 Step::Connected(Box::new(Ready {
                     ep,
                     side: Side::Sender {
@@ -241,7 +257,8 @@ impl Handshake {
                         flush,
                         split,
                     } = setup;
-                    let core = RecvCore::new(ep.qps.len(), split);
+                    let core =
+                        RecvCore::new(ep.qps.len(), split).with_stall_threshold(stall_threshold()?);
                     Step::Connected(Box::new(Ready {
                         ep,
                         side: Side::Receiver {
@@ -302,8 +319,21 @@ impl Handshake {
         })
     }
 
-    /// The comm of a finished handshake; its socket stays open as the liveness signal.
+    /// The comm of a finished handshake; its socket stays open as the liveness signal, with
+    /// TCP keepalive on.
     fn into_comm(self, r: Box<Ready>) -> Box<Comm> {
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_PROBES);
+        if let Err(e) = socket2::SockRef::from(&self.sock).set_tcp_keepalive(&keepalive) {
+            warn!(
+                NET,
+                "{}: cannot enable TCP keepalive on the connection to {}: {e}; a peer host that vanishes without closing it will not be detected",
+                self.dev.ibdev,
+                self.peer
+            );
+        }
         Comm::new(r.ep, r.side, r.split, self.sock, self.peer)
     }
 

@@ -1,7 +1,7 @@
 //! The receive side's verbs work: posting what the core decides for a receive (zero-length
 //! receives, the clear-to-send write), reading the sizes FIFO, and flushes.
 
-use super::comm::{Comm, Side};
+use super::comm::{Comm, Side, receiver_completion, retry_answer};
 use super::endpoint::RegBuf;
 use super::handles::ReqHandle;
 use super::registration::{MemKind, MrHandle};
@@ -34,7 +34,10 @@ impl Comm {
         };
         let mut core = self.lock(core)?;
         let post = match core.irecv(bufs).map_err(|e| self.core_error(e))? {
-            RecvStep::Retry => return Ok(None),
+            RecvStep::Retry => {
+                self.on_wait(&mut *core, receiver_completion(mem));
+                return retry_answer(&*core);
+            }
             RecvStep::Post(p) => p,
         };
         for q in post.qps.clone() {
@@ -42,6 +45,7 @@ impl Comm {
                 wr_id: post.recv_wr_id(),
                 ..Default::default()
             };
+            core.counters_mut().posts += 1;
             // SAFETY: a receive with no scatter entries (it only consumes the immediate).
             if let Err(e) = unsafe { self.ep.qps[q].post_recv(&mut wr) } {
                 return Err(self.fail(&mut core, e));
@@ -68,6 +72,7 @@ impl Comm {
             remote_addr: mem.peer_fifo.0 + off as u64,
             rkey: mem.peer_fifo.1,
         };
+        core.counters_mut().posts += 1;
         // SAFETY: the SGE names this comm's registered CTS staging slot, untouched until the
         // group completes (32 receives later at the earliest).
         if let Err(e) = unsafe { self.ep.qps[0].post_send(&mut wr) } {
@@ -119,6 +124,7 @@ impl Comm {
             remote_addr: addr,
             rkey: mh.rkey(),
         };
+        core.counters_mut().posts += 1;
         // SAFETY: the SGE names the comm's own registered 4-byte landing buffer; the remote side
         // is the caller's registered receive buffer (valid until NCCL deregisters it, after the
         // flush completes).

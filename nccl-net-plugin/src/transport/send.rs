@@ -1,10 +1,12 @@
 //! The send side's verbs work: reading the clear-to-send FIFO for the core, and posting the
 //! writes of a complete group as the core and `ferro_proto::plan` lay them out.
 
-use super::comm::{Comm, SenderMem, Side};
+use super::comm::{Comm, SenderMem, Side, retry_answer, sender_completion};
 use super::handles::ReqHandle;
 use super::registration::MrHandle;
 use crate::error::{Error, Result};
+use crate::info;
+use ferro_ffi::log_flags::NET;
 use ferro_proto::comm::Failure;
 use ferro_proto::comm::send::{ReadyGroup, SendStep};
 use ferro_proto::comm::wr_id::WrId;
@@ -46,11 +48,25 @@ impl Comm {
                 e
             })
             .map_err(|e| self.core_error(e))?;
+        if let Some(t) = core.take_truncation_note() {
+            info!(
+                NET,
+                "{}: a send of {} bytes (tag {}, group {}) is larger than the receiver's buffer of {} bytes; truncated to the posted size, as NCCL's IB transport does (said once per comm; the count is in the comm's close line)",
+                self.describe(),
+                t.size,
+                t.tag,
+                t.seq,
+                t.capacity
+            );
+        }
         match step {
-            SendStep::Retry(_) => Ok(None),
+            SendStep::Retry(_) => {
+                self.on_wait(&mut *core, sender_completion);
+                retry_answer(&*core)
+            }
             SendStep::Matched { req } => Ok(Some(self.req_ptr(req))),
             SendStep::Post { req, group } => {
-                if let Err(e) = self.post_group(mem, &group) {
+                if let Err(e) = self.post_group(mem, &group, &mut core.counters_mut().posts) {
                     core.fail(Failure::system(e.to_string()));
                     return Err(e);
                 }
@@ -61,7 +77,7 @@ impl Comm {
 
     /// Writes a complete group: its sizes into the staging slot, then every write of the plan,
     /// one chain per QP.
-    fn post_group(&self, mem: &SenderMem, group: &ReadyGroup) -> Result<()> {
+    fn post_group(&self, mem: &SenderMem, group: &ReadyGroup, posts: &mut u64) -> Result<()> {
         let soff = fifo::sizes_offset(group.seq);
         for (i, it) in group.items().iter().enumerate() {
             mem.sizes_stage.write(soff + 4 * i, &it.size.to_le_bytes());
@@ -79,10 +95,10 @@ impl Comm {
             self.split,
             slot,
         );
-        self.post_writes(group.seq, &writes)
+        self.post_writes(group.seq, &writes, posts)
     }
 
-    fn post_writes(&self, seq: u64, writes: &[plan::Write]) -> Result<()> {
+    fn post_writes(&self, seq: u64, writes: &[plan::Write], posts: &mut u64) -> Result<()> {
         let wr_id = WrId::Send { seq }.encode();
         for (q, qp) in self.ep.qps.iter().enumerate() {
             let mine: Vec<&plan::Write> = writes.iter().filter(|w| w.qp == q).collect();
@@ -132,6 +148,7 @@ impl Comm {
                 let next: *mut ibv_send_wr = &mut wrs[k];
                 wrs[k - 1].next = next;
             }
+            *posts += 1;
             // SAFETY: the chain lives until post returns (the provider copies WRs); every SGE
             // names memory registered under this comm's PD by NCCL (deregistered only after the
             // request completes, per NCCL's contract) or by this comm (owned by it).

@@ -9,14 +9,17 @@
 //! - the receive side: group sequence numbers, what to post for a receive, how its immediates
 //!   add up to a finished request ([`recv`]);
 //! - the `wr_id` encoding that routes completions ([`wr_id`]);
-//! - the sticky error: once a comm failed, every later call reports the same failure.
+//! - the sticky error: once a comm failed, every later call reports the same failure;
+//! - the per-comm [`counters`].
 //!
 //! Nothing here reads a clock or touches memory the NIC writes: the transport passes in what it
 //! read (FIFO entries, sizes) through small closures or values.
 
+pub mod counters;
 pub mod recv;
 pub mod requests;
 pub mod send;
+pub mod watchdog;
 pub mod wr_id;
 
 use crate::MAX_RECVS;
@@ -140,17 +143,19 @@ impl Sticky {
     }
 }
 
-/// How often an unfinished `test` looks at the out-of-band connection for a dead peer: every
-/// this many calls that find their request unfinished (counting calls rather than reading the
-/// clock keeps `test` cheap: clock reads are system calls on some virtual machines).
+/// How often a comm that waits looks at the world (the peer's out-of-band connection, the
+/// device's events, the clock for the stall watchdog): every this many calls that wait (an
+/// unfinished `test`, an `isend` or `irecv` answered with a retry). Counting calls rather than
+/// reading the clock keeps those calls cheap: clock reads are system calls on some virtual
+/// machines. NCCL's progress thread calls continuously while it waits, so this is frequent.
 pub const LIVENESS_EVERY: u32 = 256;
 
-/// Counts unfinished `test` calls and says when the peer should be checked.
+/// Counts waiting calls and says when the comm should look at the world.
 #[derive(Debug, Default)]
 pub struct LivenessCounter(u32);
 
 impl LivenessCounter {
-    /// Call once per unfinished `test`; `true` every [`LIVENESS_EVERY`] calls.
+    /// Call once per waiting call; `true` every [`LIVENESS_EVERY`] calls.
     pub fn tick(&mut self) -> bool {
         self.0 += 1;
         if self.0 < LIVENESS_EVERY {

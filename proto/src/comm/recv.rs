@@ -10,13 +10,16 @@
 //!   transport reads when the core asks for it.
 //! - One clear-to-send write in [`CTS_SIGNAL_EVERY`] is signaled.
 
+use super::counters::Counters;
 use super::requests::RequestTable;
+use super::watchdog::{Stall, Watchdog};
 use super::wr_id::{CTS_SIGNAL_EVERY, WrId};
 use super::{CoreError, Done, Failure, LivenessCounter, Sticky};
 use crate::fifo::CtsEntry;
 use crate::plan;
 use crate::{MAX_RECVS, SLOTS};
 use std::ops::Range;
+use std::time::Duration;
 
 /// Receive requests one comm can hold (receives and flushes together).
 pub const RECV_REQS: usize = SLOTS;
@@ -96,6 +99,8 @@ pub struct RecvCore {
     posted: usize,
     error: Sticky,
     liveness: LivenessCounter,
+    watchdog: Watchdog,
+    counters: Counters,
 }
 
 impl RecvCore {
@@ -108,7 +113,17 @@ impl RecvCore {
             posted: 0,
             error: Sticky::default(),
             liveness: LivenessCounter::default(),
+            watchdog: Watchdog::new(Duration::ZERO),
+            counters: Counters::default(),
         }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
     }
 
     /// Posts a receive group of `bufs.len()` buffers (1 to [`MAX_RECVS`]).
@@ -121,6 +136,7 @@ impl RecvCore {
         }
         self.error.check()?;
         if self.posted >= SLOTS || self.reqs.is_full() {
+            self.counters.retries += 1;
             return Ok(RecvStep::Retry);
         }
         let seq = self.seq;
@@ -155,6 +171,7 @@ impl RecvCore {
         }
         self.seq += 1;
         self.posted += 1;
+        self.counters.requests += 1;
         Ok(RecvStep::Post(PostRecv {
             req,
             seq,
@@ -171,6 +188,7 @@ impl RecvCore {
         if self.reqs.is_full() {
             return Ok(None);
         }
+        self.counters.requests += 1;
         self.reqs.alloc(RecvReq::Flush { done: false }).map(Some)
     }
 
@@ -191,6 +209,7 @@ impl RecvCore {
         imm: u32,
         read_sizes: impl FnOnce(u64, usize) -> [u32; MAX_RECVS],
     ) {
+        self.counters.completions += 1;
         match WrId::decode(wr_id) {
             WrId::Recv { req } => {
                 let Some(RecvReq::Recv {
@@ -219,6 +238,8 @@ impl RecvCore {
                 };
                 *done = Some(Done { sizes, n });
                 self.posted -= 1;
+                self.counters.messages += n as u64;
+                self.counters.bytes += sizes[..n].iter().map(|&s| u64::from(s)).sum::<u64>();
             }
             WrId::Flush { req } => {
                 if let Some(RecvReq::Flush { done }) = self.reqs.get_mut(req) {
@@ -243,6 +264,7 @@ impl RecvCore {
 
     /// Records a failure; every later call reports it.
     pub fn fail(&mut self, f: Failure) -> &Failure {
+        self.counters.errors += 1;
         self.error.set(f)
     }
 
@@ -250,9 +272,38 @@ impl RecvCore {
         self.error.get()
     }
 
-    /// Counts an unfinished `test`; `true` when the peer's liveness should be checked.
-    pub fn tick_unfinished_test(&mut self) -> bool {
+    /// Counts a call that waits (an unfinished `test`, a retried call); `true` when the comm
+    /// should look at the peer, the device and the clock.
+    pub fn tick_waiting(&mut self) -> bool {
         self.liveness.tick()
+    }
+
+    /// Enables the stall watchdog: a stall is reported after `threshold` without progress.
+    pub fn with_stall_threshold(mut self, threshold: Duration) -> Self {
+        self.watchdog = Watchdog::new(threshold);
+        self
+    }
+
+    /// The watchdog's check at time `now` (read by the caller at its periodic look).
+    pub fn check_stall(&mut self, now: Duration) -> Option<Stall> {
+        let progress = self.counters.completions + self.counters.requests;
+        let waiting = self.is_waiting();
+        self.watchdog.check(now, progress, waiting)
+    }
+
+    /// Whether the comm waits on its peer: receives or flushes outstanding.
+    fn is_waiting(&self) -> bool {
+        self.posted > 0 || self.reqs.in_flight() > 0
+    }
+
+    /// What the comm waits for, in words a user can act on (for the stall warning).
+    pub fn describe_wait(&self) -> String {
+        format!(
+            "{} receives posted wait for the sender's data (the oldest is receive #{}); {} receives finished so far",
+            self.posted,
+            self.seq - self.posted as u64,
+            self.seq - self.posted as u64
+        )
     }
 
     /// Receive groups posted and not yet finished.
@@ -343,6 +394,8 @@ mod tests {
         assert_eq!(reads, 1);
         let d = c.take_done(p.req).unwrap().unwrap();
         assert_eq!(&d.sizes[..d.n], &[1, 0, 3]);
+        let n = c.counters();
+        assert_eq!((n.messages, n.bytes, n.completions), (3, 4, 2));
     }
 
     #[test]

@@ -8,17 +8,22 @@
 //! - A send takes the first untaken entry of the head group with its tag (tags may repeat). A
 //!   send whose tag has no untaken entry left belongs to a later group (NCCL's per-tag senders
 //!   run ahead of each other): it is answered with a retry, never an error.
+//! - A send larger than its buffer is truncated to the buffer's size, and both sides report the
+//!   bytes actually placed, as NCCL's own IB transport does since 2.20.
 //! - When every entry of the head group is taken, the group is handed to the transport to be
 //!   written, and the next group becomes the head.
 //! - The in-flight bookkeeping of slot `k % SLOTS` is reused for group `k + SLOTS` only once
 //!   every signaled write of group `k` completed; until then a new group is not opened (retry).
 
+use super::counters::Counters;
 use super::requests::RequestTable;
+use super::watchdog::{Stall, Watchdog};
 use super::wr_id::WrId;
 use super::{CoreError, Done, Failure, LivenessCounter, Sticky};
-use crate::fifo::{self, CtsEntry, MatchError};
+use crate::fifo::{self, CtsEntry};
 use crate::plan::{self, SendItem};
 use crate::{MAX_RECVS, SLOTS};
+use std::time::Duration;
 
 /// Send requests one comm can hold: NCCL may post `NCCL_NET_MAX_REQUESTS x maxRecvs` isends.
 pub const SEND_REQS: usize = SLOTS * MAX_RECVS;
@@ -47,6 +52,15 @@ pub enum SendStep {
     Matched { req: u32 },
     /// The send is matched and completes its group: write the group now.
     Post { req: u32, group: ReadyGroup },
+}
+
+/// A send that was larger than the buffer it matched (it is truncated to the buffer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncation {
+    pub tag: i32,
+    pub seq: u64,
+    pub size: u32,
+    pub capacity: u32,
 }
 
 /// A complete group of matched sends, ready to be written.
@@ -110,6 +124,12 @@ pub struct SendCore {
     inflight: [InFlight; SLOTS],
     error: Sticky,
     liveness: LivenessCounter,
+    watchdog: Watchdog,
+    counters: Counters,
+    /// The comm's first truncation, until the transport has reported it.
+    truncation_note: Option<Truncation>,
+    /// Why the last `isend` was answered with a retry (`None` once a send was matched again).
+    last_wait: Option<SendWait>,
 }
 
 impl SendCore {
@@ -123,6 +143,10 @@ impl SendCore {
             inflight: [InFlight::default(); SLOTS],
             error: Sticky::default(),
             liveness: LivenessCounter::default(),
+            watchdog: Watchdog::new(Duration::ZERO),
+            counters: Counters::default(),
+            truncation_note: None,
+            last_wait: None,
         }
     }
 
@@ -147,20 +171,28 @@ impl SendCore {
             Some(g) => g,
             None => match self.open_group(&mut read_entry) {
                 Ok(g) => g,
-                Err(wait) => return Ok(SendStep::Retry(wait)),
+                Err(wait) => return Ok(self.retry(wait)),
             },
         };
-        let i = match fifo::match_send(&g.entries[..g.n], &g.taken[..g.n], tag, size) {
-            Ok(i) => i,
-            Err(MatchError::NoTag { .. }) => {
-                let seq = g.seq;
-                self.group = Some(g);
-                return Ok(SendStep::Retry(SendWait::TagAhead { tag, seq }));
+        let Some(i) = fifo::find_buffer(&g.entries[..g.n], &g.taken[..g.n], tag) else {
+            let seq = g.seq;
+            self.group = Some(g);
+            return Ok(self.retry(SendWait::TagAhead { tag, seq }));
+        };
+        let capacity = g.entries[i].size;
+        let size = if size > capacity {
+            self.counters.truncated += 1;
+            if self.counters.truncated == 1 {
+                self.truncation_note = Some(Truncation {
+                    tag,
+                    seq: g.seq,
+                    size,
+                    capacity,
+                });
             }
-            Err(e @ MatchError::TooBig { .. }) => {
-                self.group = Some(g);
-                return Err(CoreError::Usage(e.to_string()));
-            }
+            capacity
+        } else {
+            size
         };
         let req = match self.reqs.alloc(SendReq { size, done: false }) {
             Ok(req) => req,
@@ -169,6 +201,10 @@ impl SendCore {
                 return Err(e);
             }
         };
+        self.counters.messages += 1;
+        self.counters.bytes += u64::from(size);
+        self.counters.requests += 1;
+        self.last_wait = None;
         let e = g.entries[i];
         g.taken[i] = true;
         g.items[i] = SendItem {
@@ -200,6 +236,30 @@ impl SendCore {
         })
     }
 
+    fn retry(&mut self, wait: SendWait) -> SendStep {
+        self.counters.retries += 1;
+        self.last_wait = Some(wait);
+        match wait {
+            SendWait::ClearToSend { .. } => self.counters.cts_waits += 1,
+            SendWait::SlotBusy { .. } => self.counters.slot_busy += 1,
+            SendWait::TagAhead { .. } => self.counters.tag_ahead += 1,
+        }
+        SendStep::Retry(wait)
+    }
+
+    /// The comm's first truncated send, once (the transport says it at INFO).
+    pub fn take_truncation_note(&mut self) -> Option<Truncation> {
+        self.truncation_note.take()
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
     fn open_group(
         &self,
         read_entry: &mut impl FnMut(u64, usize) -> Option<CtsEntry>,
@@ -229,6 +289,7 @@ impl SendCore {
 
     /// A successful completion polled from the comm's CQ.
     pub fn handle_completion(&mut self, wr_id: u64) {
+        self.counters.completions += 1;
         if let WrId::Send { seq } = WrId::decode(wr_id) {
             let f = &mut self.inflight[slot(seq)];
             if f.seq != seq || f.remaining == 0 {
@@ -257,6 +318,7 @@ impl SendCore {
 
     /// Records a failure; every later call reports it.
     pub fn fail(&mut self, f: Failure) -> &Failure {
+        self.counters.errors += 1;
         self.error.set(f)
     }
 
@@ -264,9 +326,48 @@ impl SendCore {
         self.error.get()
     }
 
-    /// Counts an unfinished `test`; `true` when the peer's liveness should be checked.
-    pub fn tick_unfinished_test(&mut self) -> bool {
+    /// Counts a call that waits (an unfinished `test`, a retried call); `true` when the comm
+    /// should look at the peer, the device and the clock.
+    pub fn tick_waiting(&mut self) -> bool {
         self.liveness.tick()
+    }
+
+    /// Enables the stall watchdog: a stall is reported after `threshold` without progress.
+    pub fn with_stall_threshold(mut self, threshold: Duration) -> Self {
+        self.watchdog = Watchdog::new(threshold);
+        self
+    }
+
+    /// The watchdog's check at time `now` (read by the caller at its periodic look).
+    pub fn check_stall(&mut self, now: Duration) -> Option<Stall> {
+        let progress = self.counters.completions + self.counters.requests;
+        let waiting = self.is_waiting();
+        self.watchdog.check(now, progress, waiting)
+    }
+
+    /// Whether the comm waits on its peer: sends in flight, or the last `isend` was retried.
+    fn is_waiting(&self) -> bool {
+        self.reqs.in_flight() > 0 || self.last_wait.is_some()
+    }
+
+    /// What the comm waits for, in words a user can act on (for the stall warning).
+    pub fn describe_wait(&self) -> String {
+        let in_flight = self.reqs.in_flight();
+        let head = match self.last_wait {
+            Some(SendWait::ClearToSend { seq }) => format!(
+                "a send waits for the receiver's clear-to-send for receive #{seq} (the receiver has posted {seq} receives so far)"
+            ),
+            Some(SendWait::TagAhead { tag, seq }) => format!(
+                "a send with tag {tag} waits for receive #{}: the other members of receive #{seq} have not been sent yet",
+                seq + 1
+            ),
+            Some(SendWait::SlotBusy { seq }) => format!(
+                "a send waits for the completions of receive #{}'s writes before its FIFO slot is reused",
+                seq.saturating_sub(SLOTS as u64)
+            ),
+            None => "no send is being retried".to_string(),
+        };
+        format!("{head}; {in_flight} sends in flight waiting for their write completions")
     }
 
     /// Sends matched or posted and not yet reported done.
@@ -366,13 +467,53 @@ mod tests {
     }
 
     #[test]
-    fn a_send_larger_than_its_buffer_is_refused() {
+    fn a_send_larger_than_its_buffer_is_truncated_and_noted_once() {
         let fifo = Fifo {
-            groups: vec![vec![(0, 10)]],
+            groups: vec![vec![(0, 10)], vec![(0, 10)]],
         };
         let mut c = SendCore::new(1, false);
-        let e = c.isend(0, 11, 0, 1, |s, i| fifo.read(s, i)).unwrap_err();
-        assert!(e.to_string().contains("refusing to truncate"), "{e}");
+        let g = post_of(send(&mut c, &fifo, 0, 11));
+        assert_eq!(g.items()[0].size, 10, "only the posted size is written");
+        assert_eq!(
+            c.take_truncation_note(),
+            Some(Truncation {
+                tag: 0,
+                seq: 0,
+                size: 11,
+                capacity: 10
+            })
+        );
+        let SendStep::Post { req, group } = send(&mut c, &fifo, 0, 4000) else {
+            panic!("second group posts")
+        };
+        assert_eq!(c.take_truncation_note(), None, "said once per comm");
+        assert_eq!(c.counters().truncated, 2);
+        c.handle_completion(WrId::Send { seq: group.seq }.encode());
+        assert_eq!(
+            c.take_done(req),
+            Ok(Some(Done::one(10))),
+            "the sender reports the bytes placed"
+        );
+    }
+
+    #[test]
+    fn retries_are_counted_by_cause() {
+        let fifo = Fifo {
+            groups: vec![vec![(1, 8)]],
+        };
+        let mut c = SendCore::new(1, false);
+        send(&mut c, &fifo, 1, 8);
+        send(&mut c, &fifo, 1, 8);
+        let n = c.counters();
+        assert_eq!((n.retries, n.cts_waits, n.tag_ahead), (1, 1, 0));
+        let fifo = Fifo {
+            groups: vec![vec![(1, 8), (2, 8)]],
+        };
+        let mut c = SendCore::new(1, false);
+        send(&mut c, &fifo, 1, 8);
+        send(&mut c, &fifo, 1, 8);
+        let n = c.counters();
+        assert_eq!((n.retries, n.tag_ahead, n.messages, n.bytes), (1, 1, 1, 8));
     }
 
     #[test]
@@ -444,6 +585,21 @@ mod tests {
         };
         c.handle_completion(WrId::Send { seq: SLOTS as u64 }.encode());
         assert_eq!(c.take_done(req), Ok(None));
+    }
+
+    #[test]
+    fn a_comm_waiting_for_the_clear_to_send_reports_a_stall_that_says_so() {
+        let fifo = Fifo { groups: vec![] };
+        let mut c = SendCore::new(1, false).with_stall_threshold(Duration::from_secs(60));
+        send(&mut c, &fifo, 0, 8);
+        assert_eq!(c.check_stall(Duration::from_secs(1)), None);
+        send(&mut c, &fifo, 0, 8);
+        let stall = c.check_stall(Duration::from_secs(61)).expect("stalled");
+        assert_eq!(stall.idle, Duration::from_secs(60));
+        assert_eq!(
+            c.describe_wait(),
+            "a send waits for the receiver's clear-to-send for receive #0 (the receiver has posted 0 receives so far); 0 sends in flight waiting for their write completions"
+        );
     }
 
     #[test]

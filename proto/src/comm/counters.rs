@@ -1,0 +1,95 @@
+//! Per-comm counters: what a comm did, for the line logged when it closes and for the stall
+//! warnings. Plain integers, incremented where the core decides something (or, for verbs
+//! calls, by the transport), so they cost nothing beyond the increments.
+
+use std::fmt::Write as _;
+
+/// What one comm did so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// Messages matched to a posted buffer (send comm) or received into one (receive comm).
+    pub messages: u64,
+    /// Their bytes (after truncation, as placed in the receiver's buffers).
+    pub bytes: u64,
+    /// Requests handed to NCCL (sends, receives, flushes).
+    pub requests: u64,
+    /// Calls answered with a NULL request (NCCL retries them).
+    pub retries: u64,
+    /// Of the send retries: the receiver had not posted the group yet (clear-to-send wait).
+    pub cts_waits: u64,
+    /// Of the send retries: the tag's buffers in the head group were taken (a send running
+    /// ahead of other tags).
+    pub tag_ahead: u64,
+    /// Of the send retries: the FIFO slot's previous group still had writes in flight.
+    pub slot_busy: u64,
+    /// Sends larger than the posted buffer, truncated to it.
+    pub truncated: u64,
+    /// Successful work completions handled.
+    pub completions: u64,
+    /// Failures recorded (failed completions, failed posts, a dead peer).
+    pub errors: u64,
+    /// Verbs post calls made (`ibv_post_send` / `ibv_post_recv`), counted by the transport.
+    pub posts: u64,
+    /// CQ polls made, and how many of them found nothing.
+    pub polls: u64,
+    pub empty_polls: u64,
+}
+
+impl Counters {
+    /// One line, e.g. "sent 12 messages (4096 bytes), 12 requests, 3 retries (clear-to-send 2,
+    /// tag ahead 1, slot busy 0), 0 truncated, 12 completions, 0 errors, 24 posts, 30 polls
+    /// (18 empty)".
+    pub fn summary(&self, sending: bool) -> String {
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "{} {} messages ({} bytes), {} requests, {} retries",
+            if sending { "sent" } else { "received" },
+            self.messages,
+            self.bytes,
+            self.requests,
+            self.retries
+        );
+        if sending {
+            let _ = write!(
+                s,
+                " (clear-to-send {}, tag ahead {}, slot busy {}), {} truncated",
+                self.cts_waits, self.tag_ahead, self.slot_busy, self.truncated
+            );
+        }
+        let _ = write!(
+            s,
+            ", {} completions, {} errors, {} posts, {} polls ({} empty)",
+            self.completions, self.errors, self.posts, self.polls, self.empty_polls
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_names_every_counter() {
+        let c = Counters {
+            messages: 12,
+            bytes: 4096,
+            requests: 12,
+            retries: 3,
+            cts_waits: 2,
+            tag_ahead: 1,
+            completions: 12,
+            posts: 24,
+            polls: 30,
+            empty_polls: 18,
+            ..Counters::default()
+        };
+        assert_eq!(
+            c.summary(true),
+            "sent 12 messages (4096 bytes), 12 requests, 3 retries (clear-to-send 2, tag ahead 1, slot busy 0), 0 truncated, 12 completions, 0 errors, 24 posts, 30 polls (18 empty)"
+        );
+        assert!(c.summary(false).starts_with("received 12 messages"));
+        assert!(!c.summary(false).contains("truncated"));
+    }
+}
