@@ -9,6 +9,7 @@ pub mod config;
 pub mod discovery;
 pub mod doctor;
 pub mod error;
+pub mod events;
 pub mod log;
 pub mod mrcache;
 pub mod oob;

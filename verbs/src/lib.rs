@@ -17,5 +17,6 @@ pub mod sysfs;
 pub use error::{Error, Result};
 pub use loader::{LoadError, Verbs, verbs};
 pub use objects::{
-    Context, Cq, HostBuf, LiveCounts, Mr, Pd, Qp, QpCaps, device_names, live_counts,
+    AsyncEvent, Context, Cq, EventTarget, HostBuf, LiveCounts, Mr, Pd, Qp, QpCaps, device_names,
+    live_counts,
 };

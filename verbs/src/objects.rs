@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::loader::{Verbs, verbs};
 use crate::ops;
 use crate::sys::*;
-use core::ffi::{CStr, c_int, c_void};
+use core::ffi::{CStr, c_int, c_uint, c_void};
 use core::ptr::NonNull;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -216,6 +216,108 @@ impl Context {
                 .context(format!("{} port {port} index {index}", self.name)));
         }
         Ok(gid)
+    }
+}
+
+/// What an asynchronous event refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventTarget {
+    Port(u8),
+    /// A QP, by number.
+    Qp(u32),
+    /// A CQ, by its address (compare with [`Cq::as_ptr`]).
+    Cq(usize),
+    Device,
+    Other,
+}
+
+/// One asynchronous event of a device (already acknowledged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// `IBV_EVENT_*`.
+    pub kind: c_uint,
+    pub target: EventTarget,
+}
+
+impl AsyncEvent {
+    pub fn name(&self) -> &'static str {
+        event_type_name(self.kind)
+    }
+}
+
+impl Context {
+    /// Makes `ibv_get_async_event` non-blocking on this context (its `async_fd` gets
+    /// `O_NONBLOCK`), so events can be read from data-path calls without a thread.
+    pub fn set_async_nonblocking(&self) -> Result<()> {
+        // SAFETY: live context; async_fd is an fd owned by the context, read here only.
+        let fd = unsafe { (*self.as_ptr()).async_fd };
+        // SAFETY: fcntl on an fd; F_GETFL/F_SETFL take and return plain flags.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(Error::last("fcntl(async_fd, O_NONBLOCK)").context(self.name.clone()));
+        }
+        Ok(())
+    }
+
+    /// The next asynchronous event, if one is pending (after [`Context::set_async_nonblocking`];
+    /// otherwise this blocks until one arrives). The event is acknowledged before it is
+    /// returned, so destroying the object it names never waits for it.
+    pub fn next_async_event(&self) -> Result<Option<AsyncEvent>> {
+        // SAFETY: plain-old-data out-parameter.
+        let mut ev: ibv_async_event = unsafe { core::mem::zeroed() };
+        // SAFETY: live context, valid out-pointer.
+        if unsafe { (self.v.get_async_event)(self.as_ptr(), &mut ev) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+                Some(code) => {
+                    Err(Error::new("ibv_get_async_event", code).context(self.name.clone()))
+                }
+                None => Ok(None),
+            };
+        }
+        let target = match ev.event_type {
+            IBV_EVENT_PORT_ACTIVE
+            | IBV_EVENT_PORT_ERR
+            | IBV_EVENT_LID_CHANGE
+            | IBV_EVENT_PKEY_CHANGE
+            | IBV_EVENT_SM_CHANGE
+            | IBV_EVENT_CLIENT_REREGISTER
+            | IBV_EVENT_GID_CHANGE => {
+                // SAFETY: for port events the element union holds `int port_num`, which is at the
+                // start of the union; reading 4 bytes of the pointer-sized union is in bounds.
+                let port = unsafe { core::ptr::addr_of!(ev.element).cast::<c_int>().read() };
+                EventTarget::Port(u8::try_from(port).unwrap_or(0))
+            }
+            IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED => {
+                let qp = ev.element.cast::<ibv_qp>();
+                if qp.is_null() {
+                    EventTarget::Other
+                } else {
+                    // SAFETY: the QP an unacknowledged event names cannot be destroyed (destroy
+                    // waits for the acknowledgement, which comes below), so it is live here.
+                    EventTarget::Qp(unsafe { (*qp).qp_num })
+                }
+            }
+            IBV_EVENT_CQ_ERR => EventTarget::Cq(ev.element as usize),
+            IBV_EVENT_DEVICE_FATAL => EventTarget::Device,
+            _ => EventTarget::Other,
+        };
+        let out = AsyncEvent {
+            kind: ev.event_type,
+            target,
+        };
+        // SAFETY: ev came from ibv_get_async_event and is acknowledged exactly once.
+        unsafe { (self.v.ack_async_event)(&mut ev) };
+        Ok(Some(out))
     }
 }
 

@@ -412,6 +412,55 @@ impl core::fmt::Debug for ibv_async_event {
     }
 }
 
+// `enum ibv_event_type`.
+pub const IBV_EVENT_CQ_ERR: c_uint = 0;
+pub const IBV_EVENT_QP_FATAL: c_uint = 1;
+pub const IBV_EVENT_QP_REQ_ERR: c_uint = 2;
+pub const IBV_EVENT_QP_ACCESS_ERR: c_uint = 3;
+pub const IBV_EVENT_COMM_EST: c_uint = 4;
+pub const IBV_EVENT_SQ_DRAINED: c_uint = 5;
+pub const IBV_EVENT_PATH_MIG: c_uint = 6;
+pub const IBV_EVENT_PATH_MIG_ERR: c_uint = 7;
+pub const IBV_EVENT_DEVICE_FATAL: c_uint = 8;
+pub const IBV_EVENT_PORT_ACTIVE: c_uint = 9;
+pub const IBV_EVENT_PORT_ERR: c_uint = 10;
+pub const IBV_EVENT_LID_CHANGE: c_uint = 11;
+pub const IBV_EVENT_PKEY_CHANGE: c_uint = 12;
+pub const IBV_EVENT_SM_CHANGE: c_uint = 13;
+pub const IBV_EVENT_SRQ_ERR: c_uint = 14;
+pub const IBV_EVENT_SRQ_LIMIT_REACHED: c_uint = 15;
+pub const IBV_EVENT_QP_LAST_WQE_REACHED: c_uint = 16;
+pub const IBV_EVENT_CLIENT_REREGISTER: c_uint = 17;
+pub const IBV_EVENT_GID_CHANGE: c_uint = 18;
+pub const IBV_EVENT_WQ_FATAL: c_uint = 19;
+
+/// The name `ibv_event_type_str` would give, without calling into the library.
+pub fn event_type_name(t: c_uint) -> &'static str {
+    match t {
+        IBV_EVENT_CQ_ERR => "IBV_EVENT_CQ_ERR",
+        IBV_EVENT_QP_FATAL => "IBV_EVENT_QP_FATAL",
+        IBV_EVENT_QP_REQ_ERR => "IBV_EVENT_QP_REQ_ERR",
+        IBV_EVENT_QP_ACCESS_ERR => "IBV_EVENT_QP_ACCESS_ERR",
+        IBV_EVENT_COMM_EST => "IBV_EVENT_COMM_EST",
+        IBV_EVENT_SQ_DRAINED => "IBV_EVENT_SQ_DRAINED",
+        IBV_EVENT_PATH_MIG => "IBV_EVENT_PATH_MIG",
+        IBV_EVENT_PATH_MIG_ERR => "IBV_EVENT_PATH_MIG_ERR",
+        IBV_EVENT_DEVICE_FATAL => "IBV_EVENT_DEVICE_FATAL",
+        IBV_EVENT_PORT_ACTIVE => "IBV_EVENT_PORT_ACTIVE",
+        IBV_EVENT_PORT_ERR => "IBV_EVENT_PORT_ERR",
+        IBV_EVENT_LID_CHANGE => "IBV_EVENT_LID_CHANGE",
+        IBV_EVENT_PKEY_CHANGE => "IBV_EVENT_PKEY_CHANGE",
+        IBV_EVENT_SM_CHANGE => "IBV_EVENT_SM_CHANGE",
+        IBV_EVENT_SRQ_ERR => "IBV_EVENT_SRQ_ERR",
+        IBV_EVENT_SRQ_LIMIT_REACHED => "IBV_EVENT_SRQ_LIMIT_REACHED",
+        IBV_EVENT_QP_LAST_WQE_REACHED => "IBV_EVENT_QP_LAST_WQE_REACHED",
+        IBV_EVENT_CLIENT_REREGISTER => "IBV_EVENT_CLIENT_REREGISTER",
+        IBV_EVENT_GID_CHANGE => "IBV_EVENT_GID_CHANGE",
+        IBV_EVENT_WQ_FATAL => "IBV_EVENT_WQ_FATAL",
+        _ => "unknown event",
+    }
+}
+
 // Constants (values of the verbs ABI enums and flags).
 pub const IBV_ACCESS_LOCAL_WRITE: c_uint = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: c_uint = 2;

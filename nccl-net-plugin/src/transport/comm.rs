@@ -277,11 +277,20 @@ impl Comm {
     }
 
     /// Called on every call that waits (an unfinished `test`, a retried `isend` or `irecv`):
-    /// every so many of them, look at the peer's out-of-band connection and the clock (stall
-    /// watchdog). A dead peer becomes the comm's sticky failure after a last poll, so anything
+    /// every so many of them, look at the device's asynchronous events, the peer's out-of-band
+    /// connection and the clock (stall watchdog). A dead peer becomes the comm's sticky failure after a last poll, so anything
     /// that completed before it left still counts.
     pub(super) fn on_wait<C: CoreOps>(&self, core: &mut C, on_wc: impl FnMut(&mut C, &ibv_wc)) {
         if core.failure().is_some() || !core.tick_waiting() {
+            return;
+        }
+        if let Some(why) = self.ep.device_verdict() {
+            self.poll(core, on_wc);
+            core.fail(Failure::system(format!(
+                "{}: {why}; {}",
+                self.describe(),
+                core.describe_wait()
+            )));
             return;
         }
         if let Some(why) = self.peer_gone() {

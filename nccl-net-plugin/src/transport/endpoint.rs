@@ -3,6 +3,7 @@
 //! small registered host buffers the protocol keeps (FIFOs, sizes, flush landing).
 
 use crate::error::{Error, Result};
+use crate::events::{self, DeviceEvents};
 use crate::plugin::{self, NetDevice};
 use ferro_proto::plan;
 use ferro_proto::wire::QpMeta;
@@ -28,6 +29,8 @@ pub(super) struct Endpoint {
     pub(super) qps: Vec<Qp>,
     pub(super) cq: Arc<Cq>,
     pub(super) pd: Arc<Pd>,
+    /// The device's asynchronous events (port down, QP/CQ errors), checked while comms wait.
+    pub(super) events: Arc<DeviceEvents>,
 }
 
 impl Endpoint {
@@ -54,7 +57,13 @@ impl Endpoint {
             )?;
             qps.push(qp);
         }
-        Ok(Endpoint { dev, qps, cq, pd })
+        Ok(Endpoint {
+            dev,
+            qps,
+            cq,
+            pd,
+            events: events::of(&dev.ctx),
+        })
     }
 
     /// What the peer needs to reach these QPs, with the one registered region it may write
@@ -153,6 +162,14 @@ impl Endpoint {
                 | IBV_QP_MAX_QP_RD_ATOMIC,
         )?;
         Ok(())
+    }
+
+    /// Why this endpoint cannot go on, from the device's asynchronous events (its port went
+    /// down, one of its QPs or its CQ failed, the device failed), if it cannot.
+    pub(super) fn device_verdict(&self) -> Option<String> {
+        let qpns: Vec<u32> = self.qps.iter().map(Qp::qpn).collect();
+        self.events
+            .verdict(self.dev.port, &qpns, self.cq.as_ptr() as usize)
     }
 
     /// A QP connected to itself with a 4-byte landing buffer, for flushes (RDMA READ of received
