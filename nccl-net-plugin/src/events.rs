@@ -127,6 +127,13 @@ impl DeviceEvents {
         }
     }
 
+    /// Reads and logs pending events (a new connection does, so a port's return is said
+    /// before it is used).
+    pub fn drain_now(&self) {
+        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        self.drain(&mut h);
+    }
+
     /// Reads pending events, then says why a comm on `port` using `qpns` and the CQ at `cq`
     /// cannot go on, if it cannot.
     pub fn verdict(&self, port: u8, qpns: &[u32], cq: usize) -> Option<String> {

@@ -2,10 +2,10 @@
 //!
 //! The address goes into the listen handle, so it must be reachable by peers. Choice, in order:
 //! `NCCL_SOCKET_IFNAME` (NCCL's syntax: comma list of prefixes, `^` to exclude, `=` for exact
-//! names), the IP of the RDMA port's own netdev (RoCE), the first non-loopback interface that is
-//! up, and loopback last.
+//! names), the IP of the RDMA port's own netdev (RoCE), then as NCCL picks its own interfaces:
+//! an InfiniBand interface (`ib*`), any other that is up except `docker*` and loopback, a
+//! `docker*` interface, and loopback last. Link-local addresses are never chosen.
 
-use crate::plugin::NetDevice;
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -87,12 +87,16 @@ pub fn ifname_matches(filter: &str, name: &str) -> bool {
 }
 
 fn usable(a: &IfAddr) -> bool {
-    a.up && !matches!(a.ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+    let link_local = match a.ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    };
+    a.up && !link_local
 }
 
-/// The address a listener for `dev` binds, and why.
+/// The address a listener binds, and why: `netdev` is the RDMA port's own netdev (RoCE).
 pub fn listen_ip(
-    dev: &NetDevice,
+    netdev: Option<&str>,
     ifaces: &[IfAddr],
     socket_ifname: Option<&str>,
 ) -> (IpAddr, String) {
@@ -108,13 +112,33 @@ pub fn listen_ip(
             return (a.ip, format!("{} (NCCL_SOCKET_IFNAME={filter})", a.name));
         }
     }
-    if let Some(nd) = &dev.netdev {
-        if let Some(a) = v4_first(&mut ifaces.iter().filter(|a| &a.name == nd)) {
+    if let Some(nd) = netdev {
+        if let Some(a) = v4_first(&mut ifaces.iter().filter(|a| a.name == nd)) {
             return (a.ip, format!("{} (the RDMA port's netdev)", a.name));
         }
     }
-    if let Some(a) = v4_first(&mut ifaces.iter().filter(|a| !a.loopback)) {
-        return (a.ip, format!("{} (first interface that is up)", a.name));
+    let docker = |a: &IfAddr| a.name.starts_with("docker");
+    let others = ifaces.iter().filter(|a| !a.loopback);
+    if let Some(a) = v4_first(&mut others.clone().filter(|a| a.name.starts_with("ib"))) {
+        return (
+            a.ip,
+            format!("{} (first InfiniBand interface that is up)", a.name),
+        );
+    }
+    if let Some(a) = v4_first(&mut others.clone().filter(|a| !docker(a))) {
+        return (
+            a.ip,
+            format!(
+                "{} (first interface that is up, skipping docker* and lo)",
+                a.name
+            ),
+        );
+    }
+    if let Some(a) = v4_first(&mut others.filter(|a| docker(a))) {
+        return (
+            a.ip,
+            format!("{} (a docker interface: no other is up)", a.name),
+        );
     }
     (
         IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -136,6 +160,56 @@ mod tests {
         assert!(ifname_matches("=eth0", "eth0"));
         assert!(!ifname_matches("=eth0", "eth01"));
         assert!(!ifname_matches("^=eth0", "eth0"));
+    }
+
+    fn iface(name: &str, ip: &str) -> IfAddr {
+        IfAddr {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+            up: true,
+            loopback: name == "lo",
+        }
+    }
+
+    #[test]
+    fn the_automatic_choice_skips_docker_loopback_and_link_local_as_nccl_does() {
+        let ifs = [
+            iface("lo", "127.0.0.1"),
+            iface("docker0", "172.17.0.1"),
+            iface("eth0", "169.254.3.4"),
+            iface("eth0", "fe80::1"),
+            iface("net1", "10.0.0.5"),
+        ];
+        let (ip, why) = listen_ip(None, &ifs, None);
+        assert_eq!(ip, "10.0.0.5".parse::<IpAddr>().unwrap());
+        assert!(why.starts_with("net1"), "{why}");
+        let (ip, _) = listen_ip(None, &ifs[..4], None);
+        assert_eq!(
+            ip,
+            "172.17.0.1".parse::<IpAddr>().unwrap(),
+            "docker before lo"
+        );
+        let (ip, why) = listen_ip(None, &ifs[..1], None);
+        assert_eq!(ip, "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert!(why.starts_with("lo"), "{why}");
+        let mut with_ib = ifs.to_vec();
+        with_ib.push(iface("ib0", "10.1.0.5"));
+        assert_eq!(
+            listen_ip(None, &with_ib, None).0,
+            "10.1.0.5".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn the_ports_netdev_and_the_ifname_variable_come_first() {
+        let ifs = [iface("eth0", "10.0.0.5"), iface("ens1", "10.9.0.5")];
+        assert_eq!(
+            listen_ip(Some("ens1"), &ifs, None).0,
+            "10.9.0.5".parse::<IpAddr>().unwrap()
+        );
+        let (ip, why) = listen_ip(Some("ens1"), &ifs, Some("=eth0"));
+        assert_eq!(ip, "10.0.0.5".parse::<IpAddr>().unwrap());
+        assert!(why.contains("NCCL_SOCKET_IFNAME"), "{why}");
     }
 
     #[test]

@@ -100,6 +100,16 @@ fn build() -> std::result::Result<Plugin, Error> {
     if config.disable {
         return Err(Error::System("disabled by NCCL_IB_DISABLE=1".into()));
     }
+    // As NCCL's IB transport does, before anything is registered: registered pages stay safe
+    // when the process forks (data loaders, checkpoint writers and compilers fork under NCCL).
+    if let Ok(v) = ferro_verbs::verbs() {
+        if let Err(rc) = v.fork_init() {
+            warn!(
+                INIT,
+                "ibv_fork_init failed ({rc}): a child process that writes to registered pages after fork() may corrupt transfers"
+            );
+        }
+    }
     let disc: Discovery = discover(Path::new("/sys"), &config);
     let lib = match &disc.lib {
         Ok(lib) => lib.clone(),
@@ -248,12 +258,12 @@ fn build() -> std::result::Result<Plugin, Error> {
 
 /// Whether registrations ask for PCIe relaxed ordering (`NCCL_IB_PCI_RELAXED_ORDERING`: 0 off,
 /// 1 on, 2 on when libibverbs has `ibv_reg_mr_iova2`, which carries the flag to the kernel).
+/// Whether registrations ask for PCIe relaxed ordering: only through `ibv_reg_mr_iova2`, as
+/// NCCL's IB transport does (plain `ibv_reg_mr` of an older rdma-core may refuse the flag), so
+/// `NCCL_IB_PCI_RELAXED_ORDERING=1` without it means off.
 pub fn relaxed_ordering(config: &Config) -> bool {
-    match config.relaxed_ordering {
-        0 => false,
-        1 => true,
-        _ => ferro_verbs::verbs().is_ok_and(|v| v.capabilities().reg_mr_iova2),
-    }
+    config.relaxed_ordering != 0
+        && ferro_verbs::verbs().is_ok_and(|v| v.capabilities().reg_mr_iova2)
 }
 
 /// `init`: builds the device list once per process; later calls return the same outcome.

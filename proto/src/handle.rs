@@ -7,6 +7,7 @@
 //! | 10..12 | address family: 2 = IPv4, 10 = IPv6 (LE) |
 //! | 12..14 | TCP port (big-endian) |
 //! | 14..30 | address (IPv4 in the first 4 bytes) |
+//! | 32..48 | the listener's secret: random bytes the connecting side presents in its first message, so only holders of the handle (which NCCL distributes through its bootstrap) can connect |
 //! | 64..72 | connect progress token (written by `connect` on the connecting side; 0 = not started) |
 //! | rest   | zero |
 
@@ -16,6 +17,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 pub const HANDLE_SIZE: usize = 128;
 const TOKEN_AT: usize = 64;
+const SECRET_AT: usize = 32;
+/// Bytes of a listener's secret.
+pub const SECRET_SIZE: usize = 16;
 
 /// Why a handle was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,9 +49,10 @@ impl fmt::Display for HandleError {
 
 impl std::error::Error for HandleError {}
 
-/// Writes a handle for a listener at `addr`.
-pub fn encode(addr: SocketAddr) -> [u8; HANDLE_SIZE] {
+/// Writes a handle for a listener at `addr` that admits connections presenting `secret`.
+pub fn encode(addr: SocketAddr, secret: [u8; SECRET_SIZE]) -> [u8; HANDLE_SIZE] {
     let mut h = [0u8; HANDLE_SIZE];
+    h[SECRET_AT..SECRET_AT + SECRET_SIZE].copy_from_slice(&secret);
     h[0..8].copy_from_slice(&MAGIC.to_le_bytes());
     h[8..10].copy_from_slice(&WIRE_VERSION.to_le_bytes());
     h[12..14].copy_from_slice(&addr.port().to_be_bytes());
@@ -96,6 +101,18 @@ pub fn decode(h: &[u8; HANDLE_SIZE]) -> Result<SocketAddr, HandleError> {
     Ok(SocketAddr::new(ip, port))
 }
 
+/// The listener's secret carried in the handle.
+pub fn secret(h: &[u8; HANDLE_SIZE]) -> [u8; SECRET_SIZE] {
+    let mut out = [0u8; SECRET_SIZE];
+    out.copy_from_slice(&h[SECRET_AT..SECRET_AT + SECRET_SIZE]);
+    out
+}
+
+/// Compares two secrets in time that does not depend on where they differ.
+pub fn secrets_match(a: &[u8; SECRET_SIZE], b: &[u8; SECRET_SIZE]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// The connect progress token stored in the handle (0 = none).
 pub fn token(h: &[u8; HANDLE_SIZE]) -> u64 {
     let mut t = [0u8; 8];
@@ -116,7 +133,7 @@ mod tests {
     fn round_trips_v4_and_v6() {
         for a in ["127.0.0.1:40000", "[2001:db8::2]:1"] {
             let addr: SocketAddr = a.parse().unwrap();
-            let h = encode(addr);
+            let h = encode(addr, [7; SECRET_SIZE]);
             assert_eq!(decode(&h), Ok(addr));
             assert_eq!(token(&h), 0);
         }
@@ -124,11 +141,24 @@ mod tests {
 
     #[test]
     fn documented_byte_positions() {
-        let h = encode("10.1.2.3:4660".parse().unwrap());
+        let h = encode("10.1.2.3:4660".parse().unwrap(), [0xab; SECRET_SIZE]);
         assert_eq!(&h[0..8], b"FERRONET");
         assert_eq!(&h[10..12], &[2, 0]);
         assert_eq!(&h[12..14], &[0x12, 0x34]);
         assert_eq!(&h[14..18], &[10, 1, 2, 3]);
+        assert_eq!(&h[32..48], &[0xab; SECRET_SIZE]);
+        assert_eq!(secret(&h), [0xab; SECRET_SIZE]);
+    }
+
+    #[test]
+    fn secrets_match_only_when_every_byte_does() {
+        let a = [5u8; SECRET_SIZE];
+        assert!(secrets_match(&a, &a));
+        for i in 0..SECRET_SIZE {
+            let mut b = a;
+            b[i] ^= 1;
+            assert!(!secrets_match(&a, &b), "byte {i}");
+        }
     }
 
     #[test]
@@ -137,7 +167,7 @@ mod tests {
             decode(&[0u8; HANDLE_SIZE]),
             Err(HandleError::BadMagic(0))
         ));
-        let mut h = encode("127.0.0.1:1".parse().unwrap());
+        let mut h = encode("127.0.0.1:1".parse().unwrap(), [0; SECRET_SIZE]);
         h[8] = 9;
         assert_eq!(
             decode(&h),
@@ -146,7 +176,7 @@ mod tests {
                 want: WIRE_VERSION
             })
         );
-        let mut h = encode("127.0.0.1:1".parse().unwrap());
+        let mut h = encode("127.0.0.1:1".parse().unwrap(), [0; SECRET_SIZE]);
         h[10] = 7;
         assert_eq!(decode(&h), Err(HandleError::BadFamily(7)));
         assert!(HandleError::BadMagic(1).to_string().contains("same plugin"));
@@ -155,9 +185,10 @@ mod tests {
     #[test]
     fn token_round_trips_without_touching_the_address() {
         let addr: SocketAddr = "127.0.0.1:5".parse().unwrap();
-        let mut h = encode(addr);
+        let mut h = encode(addr, [7; SECRET_SIZE]);
         set_token(&mut h, 0xdead_beef);
         assert_eq!(token(&h), 0xdead_beef);
         assert_eq!(decode(&h), Ok(addr));
+        assert_eq!(secret(&h), [7; SECRET_SIZE]);
     }
 }

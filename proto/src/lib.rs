@@ -23,7 +23,7 @@ pub mod wire;
 
 /// Wire protocol version carried in the listen handle and every handshake message. Peers with a
 /// different version refuse to connect, with an error naming both versions.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 /// `"FERRONET"` as a little-endian u64: first bytes of the handle and of every message.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FERRONET");
 /// Slots in the CTS FIFO: receives one comm can have posted at once (NCCL's request limit).

@@ -7,12 +7,13 @@
 //! mismatched settings), and the connecting side, once its QPs are ready to receive, sends
 //! [`Kind::Ready`]. The connection then stays open for the comm's life as a liveness signal.
 
+use crate::handle::SECRET_SIZE;
 use crate::{MAGIC, MAX_QPS, WIRE_VERSION};
 use std::fmt;
 
 pub const HEADER: usize = 16;
 /// Largest body accepted; anything bigger is garbage.
-pub const MAX_BODY: usize = 64 + 4 * MAX_QPS + 1024;
+pub const MAX_BODY: usize = 80 + 4 * MAX_QPS + 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -51,6 +52,9 @@ pub struct QpMeta {
     pub mr_addr: u64,
     pub mr_rkey: u32,
     pub qpns: Vec<u32>,
+    /// Connect: the listener's secret from the handle (proves the connector holds the handle).
+    /// Accept: zero.
+    pub secret: [u8; SECRET_SIZE],
 }
 
 /// A decoded message.
@@ -104,7 +108,8 @@ fn header(kind: Kind, body_len: usize) -> Vec<u8> {
 }
 
 fn meta_body(m: &QpMeta) -> Vec<u8> {
-    let mut b = Vec::with_capacity(64 + 4 * m.qpns.len());
+    let mut b = Vec::with_capacity(80 + 4 * m.qpns.len());
+    b.extend_from_slice(&m.secret);
     b.extend_from_slice(&m.nqps.to_le_bytes());
     b.push(u8::from(m.split));
     b.push(m.link_layer);
@@ -168,6 +173,7 @@ impl Cursor<'_> {
 
 fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
     let mut c = Cursor(body);
+    let secret = c.take::<SECRET_SIZE>()?;
     let nqps = c.u16()?;
     let split = c.u8()? != 0;
     let link_layer = c.u8()?;
@@ -204,6 +210,7 @@ fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
         mr_addr,
         mr_rkey,
         qpns,
+        secret,
     })
 }
 
@@ -294,6 +301,7 @@ mod tests {
             mr_addr: 0x1234_5678_9abc,
             mr_rkey: 42,
             qpns: (0..u32::from(nqps)).map(|i| 100 + i).collect(),
+            secret: [9; SECRET_SIZE],
         }
     }
 
@@ -336,11 +344,11 @@ mod tests {
     #[test]
     fn version_kind_and_length_are_checked() {
         let mut b = encode(&Msg::Ready);
-        b[8] = 2;
+        b[8] = 1;
         assert_eq!(
             feed_bytewise(&b),
             Err(WireError::Version {
-                got: 2,
+                got: 1,
                 want: WIRE_VERSION
             })
         );

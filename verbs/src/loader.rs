@@ -179,6 +179,18 @@ impl Verbs {
             query_gid_table: self.query_gid_table.is_some(),
         }
     }
+
+    /// `ibv_fork_init`: makes registered memory safe across `fork()` (a child writing its copy
+    /// of a registered page must not move the parent's page under the NIC). Must run before
+    /// any registration; on kernels with copy-on-fork for pinned pages it costs nothing.
+    /// Returns the error code when the library refuses.
+    pub fn fork_init(&self) -> Result<(), c_int> {
+        // SAFETY: no arguments; libibverbs serialises it internally.
+        match unsafe { (self.fork_init)() } {
+            0 => Ok(()),
+            rc => Err(rc),
+        }
+    }
 }
 
 static VERBS: OnceLock<Result<Verbs, LoadError>> = OnceLock::new();

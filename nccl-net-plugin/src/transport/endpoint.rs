@@ -57,12 +57,14 @@ impl Endpoint {
             )?;
             qps.push(qp);
         }
+        let events = events::of(&dev.ctx);
+        events.drain_now();
         Ok(Endpoint {
             dev,
             qps,
             cq,
             pd,
-            events: events::of(&dev.ctx),
+            events,
         })
     }
 
@@ -85,6 +87,7 @@ impl Endpoint {
             mr_addr,
             mr_rkey,
             qpns: self.qps.iter().map(Qp::qpn).collect(),
+            secret: [0; ferro_proto::handle::SECRET_SIZE],
         }
     }
 

@@ -17,7 +17,7 @@ use ferro_ffi::log_flags::{INIT, NET};
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
-use ferro_proto::handle::{self, HANDLE_SIZE};
+use ferro_proto::handle::{self, HANDLE_SIZE, SECRET_SIZE};
 use ferro_proto::wire::{self, Msg, QpMeta, Reader};
 use ferro_verbs::sys::*;
 use std::collections::HashMap;
@@ -47,6 +47,8 @@ pub struct ListenComm {
     dev: &'static NetDevice,
     listener: TcpListener,
     addr: SocketAddr,
+    /// What a connecting side must present (it is in the handle).
+    secret: [u8; SECRET_SIZE],
     pending: Mutex<Vec<Handshake>>,
 }
 
@@ -56,6 +58,8 @@ struct SenderSetup {
     ep: Endpoint,
     mem: SenderMem,
     split: bool,
+    /// The listener's secret, from the handle.
+    secret: [u8; SECRET_SIZE],
 }
 
 /// The accepting (receiving) side's resources while it is set up.
@@ -94,8 +98,8 @@ enum Stage {
     ReadAccept(SenderSetup),
     /// Connecting side: writing `Ready`; the comm is ready once it is written.
     WriteReady(SenderSetup, Outgoing),
-    /// Accepting side: reading `Connect`.
-    ReadConnect,
+    /// Accepting side: reading `Connect`, which must carry the listener's secret.
+    ReadConnect([u8; SECRET_SIZE]),
     /// Accepting side: writing `Accept`.
     WriteAccept(ReceiverSetup, Outgoing),
     /// Accepting side: reading `Ready`; the comm is ready when it arrives.
@@ -191,11 +195,13 @@ impl Handshake {
                     return Ok(Step::Blocked(Stage::TcpConnect(setup)));
                 }
                 self.last_progress = Instant::now();
-                let out = Outgoing::new(&Msg::Connect(setup.ep.meta(
+                let mut meta = setup.ep.meta(
                     setup.mem.fifo.addr(0),
                     setup.mem.fifo.mr.rkey(),
                     setup.split,
-                )));
+                );
+                meta.secret = setup.secret;
+                let out = Outgoing::new(&Msg::Connect(meta));
                 Step::Next(Stage::WriteConnect(setup, out))
             }
             Stage::WriteConnect(setup, mut out) => {
@@ -217,7 +223,7 @@ impl Handshake {
                 if !self.write(&mut out)? {
                     return Ok(Step::Blocked(Stage::WriteReady(setup, out)));
                 }
-                let SenderSetup { ep, mem, split } = setup;
+                let SenderSetup { ep, mem, split, .. } = setup;
                 let core =
                     SendCore::new(ep.qps.len(), split).with_stall_threshold(stall_threshold()?);
                 Step::Connected(Box::new(Ready {
@@ -229,9 +235,15 @@ impl Handshake {
                     split,
                 }))
             }
-            Stage::ReadConnect => match self.read()? {
-                None => Step::Blocked(Stage::ReadConnect),
+            Stage::ReadConnect(secret) => match self.read()? {
+                None => Step::Blocked(Stage::ReadConnect(secret)),
                 Some(Msg::Connect(meta)) => {
+                    if !handle::secrets_match(&meta.secret, &secret) {
+                        return Err(Error::Remote(format!(
+                            "{} presented a wrong listen secret: it does not hold this listener's handle (a stray or hostile client, or a handle from another job); refused",
+                            self.peer
+                        )));
+                    }
                     let setup = self.receiver_setup(&meta)?;
                     let out = Outgoing::new(&Msg::Accept(setup.ep.meta(
                         setup.mem.sizes.addr(0),
@@ -405,7 +417,7 @@ impl Handshake {
 pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<ListenComm>> {
     let dev = plugin::device(dev_index)?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
-    let (ip, why) = oob::listen_ip(dev, &oob::interfaces(), ifname.as_deref());
+    let (ip, why) = oob::listen_ip(dev.netdev.as_deref(), &oob::interfaces(), ifname.as_deref());
     let listener = TcpListener::bind(SocketAddr::new(ip, 0))
         .map_err(|e| Error::System(format!("{}: cannot listen on {ip} ({why}): {e}", dev.ibdev)))?;
     listener
@@ -414,7 +426,8 @@ pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<
     let addr = listener
         .local_addr()
         .map_err(|e| Error::System(format!("listener: {e}")))?;
-    *handle_out = handle::encode(addr);
+    let secret = random_secret()?;
+    *handle_out = handle::encode(addr, secret);
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| info!(INIT | NET, "out-of-band connections on {ip} ({why})"));
     Ok(Box::new(ListenComm {
@@ -422,8 +435,31 @@ pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<
         dev,
         listener,
         addr,
+        secret,
         pending: Mutex::new(Vec::new()),
     }))
+}
+
+/// A listener's secret from the kernel's random generator.
+fn random_secret() -> Result<[u8; SECRET_SIZE]> {
+    let mut s = [0u8; SECRET_SIZE];
+    let mut filled = 0;
+    while filled < SECRET_SIZE {
+        // SAFETY: writes at most SECRET_SIZE - filled bytes into the rest of `s`.
+        let n =
+            unsafe { libc::getrandom(s[filled..].as_mut_ptr().cast(), SECRET_SIZE - filled, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::System(format!(
+                "getrandom for the listen secret: {e}"
+            )));
+        }
+        filled += n as usize;
+    }
+    Ok(s)
 }
 
 static CONNECTS: OnceLock<Mutex<HashMap<u64, Handshake>>> = OnceLock::new();
@@ -470,6 +506,7 @@ fn start_connect(dev_index: i32, h: &[u8; HANDLE_SIZE]) -> Result<Handshake> {
             peer_sizes: (0, 0),
         },
         split: cfg.split_data_on_qps,
+        secret: handle::secret(h),
     };
     Ok(Handshake::new(
         sock.into(),
@@ -479,8 +516,27 @@ fn start_connect(dev_index: i32, h: &[u8; HANDLE_SIZE]) -> Result<Handshake> {
     ))
 }
 
+/// Drops connects whose caller stopped calling (they made no progress for the handshake
+/// bound), so an abandoned connect does not keep its socket and QPs forever.
+fn reap_abandoned_connects() {
+    connects().retain(|_, p| {
+        if !p.stalled() {
+            return true;
+        }
+        warn!(
+            NET,
+            "{}: dropping an abandoned connect to {}: no progress for {} s",
+            p.dev.ibdev,
+            p.peer,
+            HANDSHAKE_TIMEOUT.as_secs()
+        );
+        false
+    });
+}
+
 /// `connect`: starts or continues; `Ok(None)` means "call again".
 pub fn connect(dev_index: i32, h: &mut [u8; HANDLE_SIZE]) -> Result<Option<Box<Comm>>> {
+    reap_abandoned_connects();
     let token = handle::token(h);
     let mut p = if token == 0 {
         start_connect(dev_index, h)?
@@ -535,7 +591,12 @@ impl ListenComm {
                         continue;
                     }
                     let _ = sock.set_nodelay(true);
-                    pending.push(Handshake::new(sock, peer, self.dev, Stage::ReadConnect));
+                    pending.push(Handshake::new(
+                        sock,
+                        peer,
+                        self.dev,
+                        Stage::ReadConnect(self.secret),
+                    ));
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}

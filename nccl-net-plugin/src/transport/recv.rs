@@ -104,9 +104,7 @@ impl Comm {
             return Ok(None);
         };
         let mut core = self.lock(core)?;
-        let Some(req) = core.begin_flush().map_err(|e| self.core_error(e))? else {
-            return Ok(None);
-        };
+        let req = core.begin_flush().map_err(|e| self.core_error(e))?;
         let mut sge = ibv_sge {
             addr: flush.buf.addr(0),
             length: 1,

@@ -182,14 +182,13 @@ impl RecvCore {
         }))
     }
 
-    /// A flush request, or `None` when the table is full.
-    pub fn begin_flush(&mut self) -> Result<Option<u32>, CoreError> {
+    /// A flush request. A full table is an error, never a NULL request: NULL from `iflush`
+    /// means "nothing to flush", so NCCL would go on before the data is visible.
+    pub fn begin_flush(&mut self) -> Result<u32, CoreError> {
         self.error.check()?;
-        if self.reqs.is_full() {
-            return Ok(None);
-        }
+        let req = self.reqs.alloc(RecvReq::Flush { done: false })?;
         self.counters.requests += 1;
-        self.reqs.alloc(RecvReq::Flush { done: false }).map(Some)
+        Ok(req)
     }
 
     /// The flush could not be posted: its request is dropped.
@@ -417,9 +416,23 @@ mod tests {
     }
 
     #[test]
+    fn a_flush_with_a_full_table_is_an_error_not_a_null_request() {
+        let mut c = RecvCore::new(1, false);
+        for _ in 0..RECV_REQS {
+            c.begin_flush().unwrap();
+        }
+        assert_eq!(
+            c.begin_flush(),
+            Err(CoreError::TableFull {
+                capacity: RECV_REQS
+            })
+        );
+    }
+
+    #[test]
     fn a_flush_is_done_on_its_completion_and_reports_no_sizes() {
         let mut c = RecvCore::new(1, false);
-        let f = c.begin_flush().unwrap().unwrap();
+        let f = c.begin_flush().unwrap();
         assert_eq!(c.take_done(f), Ok(None));
         c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
         assert_eq!(c.take_done(f), Ok(Some(Done::NOTHING)));

@@ -1,0 +1,1004 @@
+//! NCCL's real traffic and real faults, through the exported table on soft-RoCE (guest only):
+//! grouped sends that overtake each other (as NCCL's per-tag proxy ops do), sends larger than
+//! the posted receive, a receiver that never posts (stall warning), counters of a known run, a
+//! peer killed while the survivor only sends, only receives, or both, and a port taken down
+//! under pending transfers and brought back.
+//!
+//! Settings the plugin reads once per process (QPs per connection, split mode, the stall
+//! threshold) and anything that needs a second process or the plugin's stderr run in child
+//! processes of this test binary, selected by `FERRO_FAULTS_CHILD`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use core::ffi::{c_int, c_void};
+use ferro_ffi::ncclResult_t;
+use nccl_net_ferro::ncclNetPlugin_v8 as NET;
+use std::collections::VecDeque;
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::*;
+
+const CHILD: &str = "FERRO_FAULTS_CHILD";
+
+// ---------------------------------------------------------------------------------------------
+// Table calls that report the result code instead of asserting it.
+
+fn reg(comm: *mut c_void, buf: &mut [u8]) -> *mut c_void {
+    let mut mh = null_mut();
+    // SAFETY: the buffer outlives the registration (each test deregisters or exits first).
+    ok(
+        unsafe { NET.regMr.unwrap()(comm, buf.as_mut_ptr().cast(), buf.len(), 1, &mut mh) },
+        "regMr",
+    );
+    mh
+}
+
+/// One buffer of a receive: address, size, tag, memory handle.
+type RecvArg = (*mut u8, usize, c_int, *mut c_void);
+
+fn irecv(comm: *mut c_void, bufs: &[RecvArg]) -> (ncclResult_t, *mut c_void) {
+    let mut data: Vec<*mut c_void> = bufs.iter().map(|b| b.0.cast()).collect();
+    let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.1 as c_int).collect();
+    let mut tags: Vec<c_int> = bufs.iter().map(|b| b.2).collect();
+    let mut mhs: Vec<*mut c_void> = bufs.iter().map(|b| b.3).collect();
+    let mut req = null_mut();
+    // SAFETY: arrays of n elements; buffers registered.
+    let r = unsafe {
+        NET.irecv.unwrap()(
+            comm,
+            bufs.len() as c_int,
+            data.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            tags.as_mut_ptr(),
+            mhs.as_mut_ptr(),
+            &mut req,
+        )
+    };
+    (r, req)
+}
+
+fn isend(
+    comm: *mut c_void,
+    data: *mut u8,
+    size: usize,
+    tag: c_int,
+    mh: *mut c_void,
+) -> (ncclResult_t, *mut c_void) {
+    let mut req = null_mut();
+    // SAFETY: the buffer is registered under mh.
+    let r = unsafe { NET.isend.unwrap()(comm, data.cast(), size as c_int, tag, mh, &mut req) };
+    (r, req)
+}
+
+/// `test`: the result code, and the sizes when done.
+fn test(req: *mut c_void) -> (ncclResult_t, Option<[c_int; 8]>) {
+    let mut done = 0;
+    let mut sizes = [0 as c_int; 8];
+    // SAFETY: req came from isend/irecv and was not yet reported done.
+    let r = unsafe { NET.test.unwrap()(req, &mut done, sizes.as_mut_ptr()) };
+    (r, (done != 0).then_some(sizes))
+}
+
+fn close(p: &Pair) {
+    // SAFETY: comms of this pair, closed once.
+    unsafe {
+        ok(NET.closeSend.unwrap()(p.send), "closeSend");
+        ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
+        ok(NET.closeListen.unwrap()(p.listen), "closeListen");
+    }
+}
+
+fn handle_hex(h: &[u8; 128]) -> String {
+    h.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn handle_from_hex(s: &str) -> [u8; 128] {
+    let mut h = [0u8; 128];
+    for (i, b) in h.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
+    }
+    h
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes
+
+/// This test binary, running only `test` as `role`, with `env`.
+fn child(test: &str, role: &str, env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, role)
+        .env("FERRO_LOG_STDERR", "1");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Reads the child's stdout until a line containing `word`; returns what follows it.
+fn read_until(child: &mut Child, lines: &mut impl Iterator<Item = String>, word: &str) -> String {
+    for l in lines.by_ref() {
+        if let Some(at) = l.find(word) {
+            return l[at + word.len()..].trim().to_string();
+        }
+    }
+    let _ = child.kill();
+    panic!("the child ended before printing {word:?}");
+}
+
+fn in_guest() {
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
+        "needs the soft-RoCE guest (run the README's test command)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overtaking grouped sends
+
+const GROUPS: usize = 40;
+/// Tags of each group's buffers: tag 1 repeats, as when two channels share a sender rank.
+const TAGS: [c_int; 4] = [1, 0, 2, 1];
+const CAP: usize = 8192;
+
+fn msg_size(g: usize, m: usize) -> usize {
+    if (g + m) % 5 == 0 {
+        0
+    } else {
+        (g * 977 + m * 131) % (CAP - 1) + 1
+    }
+}
+
+/// One process: 40 groups posted up to 32 ahead; tag 0 always tries to send before the
+/// others, and the others try in reverse order. Every byte is checked.
+fn overtaking_child() {
+    let dev = test_dev();
+    let p = pair(dev);
+    let mut rarena = vec![0u8; GROUPS * TAGS.len() * CAP];
+    let mut sarena = vec![0u8; GROUPS * TAGS.len() * CAP];
+    let at = |g: usize, m: usize| (g * TAGS.len() + m) * CAP;
+    for g in 0..GROUPS {
+        for m in 0..TAGS.len() {
+            let d = pattern((g * 16 + m) as u32, msg_size(g, m));
+            sarena[at(g, m)..at(g, m) + d.len()].copy_from_slice(&d);
+        }
+    }
+    let rmh = reg(p.recv, &mut rarena);
+    let smh = reg(p.send, &mut sarena);
+    // Per tag, the (group, member) its sends fill, in order.
+    let mut streams: Vec<Vec<(usize, usize)>> = vec![Vec::new(); 3];
+    for g in 0..GROUPS {
+        for (m, &t) in TAGS.iter().enumerate() {
+            streams[t as usize].push((g, m));
+        }
+    }
+    let mut next = [0usize; 3];
+    let mut nulls = [0u64; 3];
+    let mut posted = 0usize;
+    let mut outstanding: VecDeque<(*mut c_void, usize)> = VecDeque::new();
+    let mut most_outstanding = 0;
+    let mut sends: Vec<*mut c_void> = Vec::new();
+    let mut finished = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let (rbase, sbase) = (rarena.as_mut_ptr(), sarena.as_mut_ptr());
+    while finished < GROUPS {
+        assert!(
+            Instant::now() < deadline,
+            "stuck: {finished} groups finished, {posted} posted, sends per tag {next:?}"
+        );
+        while posted < GROUPS {
+            let bufs: Vec<RecvArg> = TAGS
+                .iter()
+                .enumerate()
+                // SAFETY: inside the receive arena.
+                .map(|(m, &t)| (unsafe { rbase.add(at(posted, m)) }, CAP, t, rmh))
+                .collect();
+            let (r, req) = irecv(p.recv, &bufs);
+            ok(r, "irecv");
+            if req.is_null() {
+                break;
+            }
+            outstanding.push_back((req, posted));
+            posted += 1;
+        }
+        most_outstanding = most_outstanding.max(outstanding.len());
+        for t in [0usize, 2, 1] {
+            let Some(&(g, m)) = streams[t].get(next[t]) else {
+                continue;
+            };
+            // SAFETY: inside the send arena.
+            let src = unsafe { sbase.add(at(g, m)) };
+            let (r, req) = isend(p.send, src, msg_size(g, m), t as c_int, smh);
+            assert_eq!(
+                r,
+                ncclResult_t::Success,
+                "isend of tag {t} (group {g}) must succeed or retry, never fail"
+            );
+            if req.is_null() {
+                nulls[t] += 1;
+            } else {
+                sends.push(req);
+                next[t] += 1;
+            }
+        }
+        sends.retain(|&req| {
+            let (r, done) = test(req);
+            ok(r, "test send");
+            done.is_none()
+        });
+        if let Some(&(req, g)) = outstanding.front() {
+            let (r, done) = test(req);
+            ok(r, "test recv");
+            if let Some(sizes) = done {
+                for m in 0..TAGS.len() {
+                    let n = msg_size(g, m);
+                    assert_eq!(sizes[m] as usize, n, "group {g} member {m} size");
+                    let want = pattern((g * 16 + m) as u32, n);
+                    assert!(
+                        rarena[at(g, m)..at(g, m) + n] == want[..],
+                        "group {g} member {m}: bytes differ"
+                    );
+                }
+                outstanding.pop_front();
+                finished += 1;
+            }
+        }
+    }
+    while let Some(req) = sends.pop() {
+        loop {
+            let (r, done) = test(req);
+            ok(r, "test send");
+            if done.is_some() {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        most_outstanding, 32,
+        "receives must have been posted 32 ahead"
+    );
+    assert!(
+        nulls[0] > 0,
+        "tag 0 must have been held back at least once (NULL answers per tag {nulls:?})"
+    );
+    // SAFETY: handles from regMr above, comms still open.
+    unsafe {
+        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
+        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
+    }
+    close(&p);
+    println!("OVERTAKE-OK nulls per tag {nulls:?}");
+}
+
+#[test]
+fn overtaking_grouped_sends_are_retried_and_land_in_their_buffers() {
+    if std::env::var(CHILD).as_deref() == Ok("overtake") {
+        return overtaking_child();
+    }
+    in_guest();
+    for (qps, split) in [("1", "0"), ("2", "0"), ("4", "0"), ("2", "1"), ("4", "1")] {
+        let out = child(
+            "overtaking_grouped_sends_are_retried_and_land_in_their_buffers",
+            "overtake",
+            &[
+                ("NCCL_IB_QPS_PER_CONNECTION", qps),
+                ("NCCL_IB_SPLIT_DATA_ON_QPS", split),
+            ],
+        )
+        .output()
+        .unwrap();
+        let t = text(&out);
+        assert!(
+            out.status.success() && t.contains("OVERTAKE-OK"),
+            "QPs {qps} split {split}:\n{t}"
+        );
+        assert!(
+            !t.lines().any(|l| l.contains("Ferro WARN")),
+            "a retried send must not log: {t}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Truncation
+
+#[test]
+fn a_send_larger_than_the_posted_receive_is_truncated_to_it_on_both_sides() {
+    in_guest();
+    let dev = test_dev();
+    let p = pair(dev);
+    let posted = 4096;
+    let sent = 65536;
+    let mut rbuf = vec![0u8; 2 * sent];
+    let mut sbuf = pattern(5, sent);
+    let rmh = reg(p.recv, &mut rbuf);
+    let smh = reg(p.send, &mut sbuf);
+    let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), posted, 3, rmh)]);
+    ok(r, "irecv");
+    assert!(!rreq.is_null());
+    let sreq = loop {
+        let (r, req) = isend(p.send, sbuf.as_mut_ptr(), sent, 3, smh);
+        ok(r, "isend");
+        if !req.is_null() {
+            break req;
+        }
+    };
+    let mut sizes = [0 as c_int; 8];
+    wait(sreq, &mut sizes);
+    assert_eq!(
+        sizes[0] as usize, posted,
+        "the sender reports the bytes placed"
+    );
+    wait(rreq, &mut sizes);
+    assert_eq!(
+        sizes[0] as usize, posted,
+        "the receiver reports the bytes placed"
+    );
+    assert!(rbuf[..posted] == sbuf[..posted]);
+    assert!(
+        rbuf[posted..].iter().all(|&b| b == 0),
+        "nothing is written past the posted receive"
+    );
+    // SAFETY: handles from regMr above.
+    unsafe {
+        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
+        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
+    }
+    close(&p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stall warning and counters
+
+fn stall_child() {
+    let p = pair(test_dev());
+    let mut sbuf = vec![1u8; 64];
+    let smh = reg(p.send, &mut sbuf);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(3500) {
+        let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 64, 0, smh);
+        ok(r, "isend");
+        assert!(req.is_null(), "nothing was posted, so no send can match");
+    }
+    // SAFETY: handle from regMr above.
+    unsafe { ok(NET.deregMr.unwrap()(p.send, smh), "deregMr") };
+    close(&p);
+    println!("STALL-DONE");
+}
+
+#[test]
+fn a_receiver_that_never_posts_gets_a_stall_warning_that_says_what_the_sender_waits_for() {
+    if std::env::var(CHILD).as_deref() == Ok("stall") {
+        return stall_child();
+    }
+    in_guest();
+    let out = child(
+        "a_receiver_that_never_posts_gets_a_stall_warning_that_says_what_the_sender_waits_for",
+        "stall",
+        &[("FERRO_STALL_WARN_S", "1")],
+    )
+    .output()
+    .unwrap();
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("STALL-DONE"), "{t}");
+    let warns: Vec<&str> = t
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("made no progress for"))
+        .collect();
+    // Threshold 1 s, then 2 s (doubling): in 3.5 s of waiting, two warnings.
+    assert!(
+        (1..=2).contains(&warns.len()),
+        "expected one or two stall warnings (at 1 s and 2 s), got {}:\n{t}",
+        warns.len()
+    );
+    assert!(
+        warns[0].contains("send comm made no progress for 1 s")
+            && warns[0].contains("waits for the receiver's clear-to-send for receive #0"),
+        "{}",
+        warns[0]
+    );
+    assert!(
+        t.contains("send comm closed: sent 0 messages (0 bytes)"),
+        "the close line carries the counters:\n{t}"
+    );
+}
+
+fn counters_child() {
+    let p = pair(test_dev());
+    let mut sbuf = pattern(9, 1000);
+    let mut rbuf = vec![0u8; 4096];
+    let smh = reg(p.send, &mut sbuf);
+    let rmh = reg(p.recv, &mut rbuf);
+    for _ in 0..10 {
+        let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), 4096, 1, rmh)]);
+        ok(r, "irecv");
+        let sreq = loop {
+            let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 1000, 1, smh);
+            ok(r, "isend");
+            if !req.is_null() {
+                break req;
+            }
+        };
+        let mut sizes = [0 as c_int; 8];
+        wait(sreq, &mut sizes);
+        wait(rreq, &mut sizes);
+        assert_eq!(sizes[0], 1000);
+    }
+    // SAFETY: handles from regMr above.
+    unsafe {
+        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
+        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
+    }
+    close(&p);
+    println!("COUNTERS-DONE");
+}
+
+#[test]
+fn the_close_lines_count_the_traffic_of_a_known_run() {
+    if std::env::var(CHILD).as_deref() == Ok("counters") {
+        return counters_child();
+    }
+    in_guest();
+    let out = child(
+        "the_close_lines_count_the_traffic_of_a_known_run",
+        "counters",
+        &[],
+    )
+    .output()
+    .unwrap();
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("COUNTERS-DONE"), "{t}");
+    assert!(
+        t.contains("send comm closed: sent 10 messages (10000 bytes), 10 requests"),
+        "{t}"
+    );
+    assert!(t.contains("0 truncated"), "{t}");
+    assert!(
+        t.contains("receive comm closed: received 10 messages (10000 bytes), 10 requests"),
+        "{t}"
+    );
+    // One post per send (a single write with immediate); two per receive (its zero-length
+    // receive and its clear-to-send write).
+    assert!(t.contains("10 completions, 0 errors, 10 posts"), "{t}");
+    assert!(t.contains("0 errors, 20 posts"), "{t}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A dead peer, on every path
+
+/// The peer of the dead-peer tests: connects and/or listens as asked, then idles until killed.
+fn idle_peer_child(role: &str) {
+    // SAFETY: calling the plugin's own table as NCCL would.
+    unsafe { ok(NET.init.unwrap()(None), "init") };
+    let dev = test_dev();
+    let mut listen: *mut c_void = null_mut();
+    let mut handle = [0u8; 128];
+    if role == "idle-listen" || role == "idle-both" {
+        // SAFETY: valid out-pointers.
+        ok(
+            unsafe { NET.listen.unwrap()(dev, handle.as_mut_ptr().cast(), &mut listen) },
+            "listen",
+        );
+        println!("HANDLE {}", handle_hex(&handle));
+    }
+    let mut peer = std::env::var("FERRO_PEER_HANDLE")
+        .ok()
+        .map(|h| handle_from_hex(&h));
+    let (mut send, mut recv): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+    let want_send = peer.is_some();
+    let want_recv = !listen.is_null();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (want_send && send.is_null()) || (want_recv && recv.is_null()) {
+        assert!(Instant::now() < deadline, "peer setup timed out");
+        if let (Some(h), true) = (peer.as_mut(), send.is_null()) {
+            // SAFETY: a valid handle buffer and out-pointer.
+            ok(
+                unsafe { NET.connect.unwrap()(dev, h.as_mut_ptr().cast(), &mut send, null_mut()) },
+                "connect",
+            );
+        }
+        if want_recv && recv.is_null() {
+            // SAFETY: a listen comm of ours, a valid out-pointer.
+            ok(
+                unsafe { NET.accept.unwrap()(listen, &mut recv, null_mut()) },
+                "accept",
+            );
+        }
+    }
+    println!("READY");
+    std::thread::sleep(Duration::from_secs(300));
+}
+
+/// Spawns the idle peer with `role`, optionally giving it our listen handle.
+fn spawn_peer(role: &str, our_handle: Option<&[u8; 128]>) -> (Child, impl Iterator<Item = String>) {
+    let hex = our_handle.map(handle_hex);
+    let mut env = vec![];
+    if let Some(h) = hex.as_deref() {
+        env.push(("FERRO_PEER_HANDLE", h));
+    }
+    let mut c = child(
+        "a_dead_peer_is_noticed_by_a_survivor_that_only_sends_only_receives_or_both",
+        role,
+        &env,
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let lines = BufReader::new(c.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    (c, lines)
+}
+
+/// Calls `step` until it reports an error; returns how long that took after the kill.
+fn until_error(what: &str, mut step: impl FnMut() -> ncclResult_t) -> Duration {
+    let killed = Instant::now();
+    loop {
+        let r = step();
+        if r != ncclResult_t::Success {
+            let t = killed.elapsed();
+            println!(
+                "{what}: error {} {:.2} s after the peer was killed",
+                r.0,
+                t.as_secs_f64()
+            );
+            return t;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(60),
+            "{what}: no error 60 s after the peer was killed"
+        );
+    }
+}
+
+#[test]
+fn a_dead_peer_is_noticed_by_a_survivor_that_only_sends_only_receives_or_both() {
+    if let Ok(role) = std::env::var(CHILD) {
+        return idle_peer_child(&role);
+    }
+    in_guest();
+    let dev = test_dev();
+    let mut sbuf = vec![3u8; 4096];
+    let mut rbuf = vec![0u8; 4096];
+
+    // (a) The survivor only calls isend, and never got a request (no receive was posted).
+    {
+        let (mut c, mut lines) = spawn_peer("idle-listen", None);
+        let mut h = handle_from_hex(&read_until(&mut c, &mut lines, "HANDLE "));
+        let mut send: *mut c_void = null_mut();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while send.is_null() {
+            assert!(Instant::now() < deadline, "connect timed out");
+            // SAFETY: a valid handle buffer and out-pointer.
+            ok(
+                unsafe { NET.connect.unwrap()(dev, h.as_mut_ptr().cast(), &mut send, null_mut()) },
+                "connect",
+            );
+        }
+        read_until(&mut c, &mut lines, "READY");
+        let smh = reg(send, &mut sbuf);
+        c.kill().unwrap();
+        c.wait().unwrap();
+        let t = until_error("(a) isend only", || {
+            let (r, req) = isend(send, sbuf.as_mut_ptr(), 4096, 0, smh);
+            assert!(
+                r != ncclResult_t::Success || req.is_null(),
+                "no receive was posted"
+            );
+            r
+        });
+        assert!(t < Duration::from_secs(60));
+        // SAFETY: our comm and handle, released once.
+        unsafe {
+            let _ = NET.deregMr.unwrap()(send, smh);
+            let _ = NET.closeSend.unwrap()(send);
+        }
+    }
+
+    // (b) The survivor only has a receive pending.
+    {
+        let mut handle = [0u8; 128];
+        let mut listen: *mut c_void = null_mut();
+        // SAFETY: valid out-pointers.
+        ok(
+            unsafe { NET.listen.unwrap()(dev, handle.as_mut_ptr().cast(), &mut listen) },
+            "listen",
+        );
+        let (mut c, mut lines) = spawn_peer("idle-connect", Some(&handle));
+        let mut recv: *mut c_void = null_mut();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while recv.is_null() {
+            assert!(Instant::now() < deadline, "accept timed out");
+            // SAFETY: a listen comm of ours, a valid out-pointer.
+            ok(
+                unsafe { NET.accept.unwrap()(listen, &mut recv, null_mut()) },
+                "accept",
+            );
+        }
+        read_until(&mut c, &mut lines, "READY");
+        let rmh = reg(recv, &mut rbuf);
+        let (r, rreq) = irecv(recv, &[(rbuf.as_mut_ptr(), 4096, 0, rmh)]);
+        ok(r, "irecv");
+        c.kill().unwrap();
+        c.wait().unwrap();
+        let t = until_error("(b) receive pending", || test(rreq).0);
+        assert!(t < Duration::from_secs(60));
+        // SAFETY: our comms and handle, released once.
+        unsafe {
+            let _ = NET.deregMr.unwrap()(recv, rmh);
+            let _ = NET.closeRecv.unwrap()(recv);
+            let _ = NET.closeListen.unwrap()(listen);
+        }
+    }
+
+    // (c) Both: a receive pending on one comm, sends retried on the other.
+    {
+        let mut handle = [0u8; 128];
+        let mut listen: *mut c_void = null_mut();
+        // SAFETY: valid out-pointers.
+        ok(
+            unsafe { NET.listen.unwrap()(dev, handle.as_mut_ptr().cast(), &mut listen) },
+            "listen",
+        );
+        let (mut c, mut lines) = spawn_peer("idle-both", Some(&handle));
+        let mut peer = handle_from_hex(&read_until(&mut c, &mut lines, "HANDLE "));
+        let (mut send, mut recv): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while send.is_null() || recv.is_null() {
+            assert!(Instant::now() < deadline, "setup timed out");
+            if send.is_null() {
+                // SAFETY: a valid handle buffer and out-pointer.
+                ok(
+                    unsafe {
+                        NET.connect.unwrap()(dev, peer.as_mut_ptr().cast(), &mut send, null_mut())
+                    },
+                    "connect",
+                );
+            }
+            if recv.is_null() {
+                // SAFETY: a listen comm of ours, a valid out-pointer.
+                ok(
+                    unsafe { NET.accept.unwrap()(listen, &mut recv, null_mut()) },
+                    "accept",
+                );
+            }
+        }
+        read_until(&mut c, &mut lines, "READY");
+        let smh = reg(send, &mut sbuf);
+        let rmh = reg(recv, &mut rbuf);
+        let (r, rreq) = irecv(recv, &[(rbuf.as_mut_ptr(), 4096, 0, rmh)]);
+        ok(r, "irecv");
+        c.kill().unwrap();
+        c.wait().unwrap();
+        let (mut send_failed, mut recv_failed) = (false, false);
+        let t = until_error("(c) both", || {
+            if !send_failed {
+                send_failed =
+                    isend(send, sbuf.as_mut_ptr(), 4096, 0, smh).0 != ncclResult_t::Success;
+            }
+            if !recv_failed {
+                recv_failed = test(rreq).0 != ncclResult_t::Success;
+            }
+            if send_failed && recv_failed {
+                ncclResult_t::RemoteError
+            } else {
+                ncclResult_t::Success
+            }
+        });
+        assert!(t < Duration::from_secs(60));
+        // SAFETY: our comms and handles, released once.
+        unsafe {
+            let _ = NET.deregMr.unwrap()(send, smh);
+            let _ = NET.deregMr.unwrap()(recv, rmh);
+            let _ = NET.closeSend.unwrap()(send);
+            let _ = NET.closeRecv.unwrap()(recv);
+            let _ = NET.closeListen.unwrap()(listen);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A port taken down under pending transfers, then brought back
+
+/// Brings dummy1 (rxe1's netdev) back up when dropped, whatever happened.
+struct LinkUp;
+
+impl Drop for LinkUp {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "set", "dummy1", "up"])
+            .status();
+    }
+}
+
+fn ip_link(state: &str) {
+    let s = Command::new("ip")
+        .args(["link", "set", "dummy1", state])
+        .status()
+        .unwrap();
+    assert!(s.success(), "ip link set dummy1 {state}");
+}
+
+fn port_state() -> String {
+    std::fs::read_to_string("/sys/class/infiniband/rxe1/ports/1/state").unwrap_or_default()
+}
+
+fn port_down_child() {
+    let _up = LinkUp;
+    let dev = test_dev();
+    let p = pair(dev);
+    let mut sbuf = pattern(1, 1 << 20);
+    let mut rbuf = vec![0u8; 1 << 20];
+    let smh = reg(p.send, &mut sbuf);
+    let rmh = reg(p.recv, &mut rbuf);
+    // Pending on both sides: a receive for tag 1 waits for data, a send with tag 2 waits for a
+    // buffer with its tag.
+    let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), 1 << 20, 1, rmh)]);
+    ok(r, "irecv");
+    let (r, sreq) = isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
+    ok(r, "isend");
+    assert!(sreq.is_null());
+    ip_link("down");
+    let down = Instant::now();
+    let (mut send_err, mut recv_err) = (None, None);
+    while send_err.is_none() || recv_err.is_none() {
+        assert!(
+            down.elapsed() < Duration::from_secs(10),
+            "both sides must fail within 10 s of the port going down (send {send_err:?}, receive {recv_err:?})"
+        );
+        if send_err.is_none() {
+            let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
+            assert!(req.is_null());
+            if r != ncclResult_t::Success {
+                send_err = Some(down.elapsed());
+            }
+        }
+        if recv_err.is_none() && test(rreq).0 != ncclResult_t::Success {
+            recv_err = Some(down.elapsed());
+        }
+    }
+    println!("PORT-DOWN send failed after {send_err:?}, receive after {recv_err:?}");
+    close(&p);
+    ip_link("up");
+    let up = Instant::now();
+    while !port_state().contains("ACTIVE") {
+        assert!(
+            up.elapsed() < Duration::from_secs(30),
+            "rxe1 port 1 did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A new comm pair moves 1 MiB, verified.
+    let q = pair(dev);
+    let smh = reg(q.send, &mut sbuf);
+    let rmh = reg(q.recv, &mut rbuf);
+    rbuf.fill(0);
+    let (r, rreq) = irecv(q.recv, &[(rbuf.as_mut_ptr(), 1 << 20, 7, rmh)]);
+    ok(r, "irecv");
+    let sreq = loop {
+        let (r, req) = isend(q.send, sbuf.as_mut_ptr(), 1 << 20, 7, smh);
+        ok(r, "isend after the port came back");
+        if !req.is_null() {
+            break req;
+        }
+    };
+    let mut sizes = [0 as c_int; 8];
+    wait(sreq, &mut sizes);
+    wait(rreq, &mut sizes);
+    assert_eq!(sizes[0], 1 << 20);
+    assert!(rbuf == sbuf, "1 MiB after the port came back: bytes differ");
+    close(&q);
+    println!("PORT-UP-OK");
+}
+
+#[test]
+fn a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_is_back() {
+    if std::env::var(CHILD).as_deref() == Ok("port-down") {
+        return port_down_child();
+    }
+    in_guest();
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe1").exists(),
+        "needs rxe1 on dummy1"
+    );
+    let _up = LinkUp;
+    let out = child(
+        "a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_is_back",
+        "port-down",
+        &[("FERRO_TEST_DEV", "rxe1")],
+    )
+    .output()
+    .unwrap();
+    let t = text(&out);
+    println!("{t}");
+    assert!(out.status.success() && t.contains("PORT-UP-OK"), "{t}");
+    assert!(
+        t.lines().any(|l| l.contains("WARN")
+            && l.contains("rxe1 port 1")
+            && l.contains("IBV_EVENT_PORT_ERR")),
+        "a WARN must name the device, the port and the event:\n{t}"
+    );
+    assert!(
+        t.contains("IBV_EVENT_PORT_ACTIVE"),
+        "the port's return is logged:\n{t}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// fork() after registration
+
+#[test]
+fn a_child_forked_after_registration_that_writes_its_pages_does_not_disturb_the_parent() {
+    in_guest();
+    let p = pair(test_dev());
+    let len = 1 << 20;
+    let mut sbuf = pattern(11, len);
+    let mut rbuf = vec![0u8; len];
+    let smh = reg(p.send, &mut sbuf);
+    let rmh = reg(p.recv, &mut rbuf);
+    let (sp, rp) = (sbuf.as_mut_ptr(), rbuf.as_mut_ptr());
+    // SAFETY: the child only writes its own copies of the two buffers and exits at once, both
+    // async-signal-safe; the parent waits for it below.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: in the child: its private copies of the parent's buffers, then _exit.
+        unsafe {
+            core::ptr::write_bytes(sp, 0xee, len);
+            core::ptr::write_bytes(rp, 0xdd, len);
+            libc::_exit(0);
+        }
+    }
+    for round in 0..4 {
+        rbuf.fill(0);
+        let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), len, 5, rmh)]);
+        ok(r, "irecv");
+        let sreq = loop {
+            let (r, req) = isend(p.send, sbuf.as_mut_ptr(), len, 5, smh);
+            ok(r, "isend");
+            if !req.is_null() {
+                break req;
+            }
+        };
+        let mut sizes = [0 as c_int; 8];
+        wait(sreq, &mut sizes);
+        wait(rreq, &mut sizes);
+        if round == 0 {
+            let mut status = 0;
+            // SAFETY: waits for our own child.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            assert_eq!(status, 0, "the child exited cleanly");
+        }
+        assert!(
+            rbuf == sbuf && sbuf == pattern(11, len),
+            "round {round}: the parent's data changed"
+        );
+    }
+    // SAFETY: handles from regMr above.
+    unsafe {
+        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
+        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
+    }
+    close(&p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Only holders of the listen handle can connect
+
+#[test]
+fn a_client_with_the_wrong_listen_secret_is_refused_while_the_real_peer_connects() {
+    use ferro_proto::handle;
+    use ferro_proto::wire::{self, Msg, QpMeta};
+    use std::io::{Read as _, Write as _};
+    in_guest();
+    let dev = test_dev();
+    let mut h = [0u8; 128];
+    let mut listen: *mut c_void = null_mut();
+    // SAFETY: valid out-pointers.
+    ok(
+        unsafe { NET.listen.unwrap()(dev, h.as_mut_ptr().cast(), &mut listen) },
+        "listen",
+    );
+    let addr = handle::decode(&h).unwrap();
+    // A client that speaks the wire format perfectly, but does not hold the handle.
+    let mut secret = handle::secret(&h);
+    secret[0] ^= 0xff;
+    let forged = Msg::Connect(QpMeta {
+        nqps: 1,
+        split: false,
+        link_layer: 2,
+        port: 1,
+        mtu: 1024,
+        lid: 0,
+        gid: [0; 16],
+        gid_index: 1,
+        mr_addr: 0x1000,
+        mr_rkey: 1,
+        qpns: vec![17],
+        secret,
+    });
+    let mut stray = std::net::TcpStream::connect(addr).unwrap();
+    stray.write_all(&wire::encode(&forged)).unwrap();
+    stray
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    // The real peer connects while the listener also handles the stray.
+    let (mut send, mut recv): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+    let mut stray_closed = false;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while send.is_null() || recv.is_null() || !stray_closed {
+        assert!(
+            Instant::now() < deadline,
+            "connected: {}, stray refused: {stray_closed}",
+            !send.is_null() && !recv.is_null()
+        );
+        // SAFETY: valid handle buffer, comms and out-pointers.
+        unsafe {
+            if send.is_null() {
+                ok(
+                    NET.connect.unwrap()(dev, h.as_mut_ptr().cast(), &mut send, null_mut()),
+                    "connect",
+                );
+            }
+            let mut c = null_mut();
+            ok(NET.accept.unwrap()(listen, &mut c, null_mut()), "accept");
+            if !c.is_null() {
+                assert!(
+                    recv.is_null(),
+                    "accept returned a second comm: the stray got in"
+                );
+                recv = c;
+            }
+        }
+        if !stray_closed {
+            // The listener drops the stray: its end sees EOF (or a reset).
+            let mut b = [0u8; 64];
+            stray_closed = match stray.read(&mut b) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+            };
+        }
+    }
+    // The real pair works.
+    let p = Pair { send, recv, listen };
+    let mut sbuf = pattern(3, 4096);
+    let mut rbuf = vec![0u8; 4096];
+    let smh = reg(p.send, &mut sbuf);
+    let rmh = reg(p.recv, &mut rbuf);
+    let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), 4096, 1, rmh)]);
+    ok(r, "irecv");
+    let sreq = loop {
+        let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 4096, 1, smh);
+        ok(r, "isend");
+        if !req.is_null() {
+            break req;
+        }
+    };
+    let mut sizes = [0 as c_int; 8];
+    wait(sreq, &mut sizes);
+    wait(rreq, &mut sizes);
+    assert!(rbuf == sbuf);
+    // SAFETY: handles from regMr above.
+    unsafe {
+        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
+        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
+    }
+    close(&p);
+}
