@@ -1,8 +1,9 @@
 //! NCCL's real traffic and real faults, through the exported table on soft-RoCE (guest only):
 //! grouped sends that overtake each other (as NCCL's per-tag proxy ops do), sends larger than
 //! the posted receive, a receiver that never posts (stall warning), counters of a known run, a
-//! peer killed while the survivor only sends, only receives, or both, and a port taken down
-//! under pending transfers and brought back.
+//! peer killed while the survivor only sends, only receives, or both, a peer whose network drops
+//! everything, a port taken down under pending transfers and brought back, fork after
+//! registration, and a client without the listen secret.
 //!
 //! Settings the plugin reads once per process (QPs per connection, split mode, the stall
 //! threshold) and anything that needs a second process or the plugin's stderr run in child
@@ -840,8 +841,31 @@ fn a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_i
 // ---------------------------------------------------------------------------------------------
 // fork() after registration
 
+/// In a forked child: writes every page of `[p, p + len)` that the child has mapped. With
+/// `ibv_fork_init` the registered pages are not inherited at all (they are marked
+/// MADV_DONTFORK); on kernels with copy-on-fork for pinned pages the child has private copies.
+/// Only async-signal-safe calls.
+///
+/// # Safety
+/// Only in a child process between `fork` and `_exit`.
+unsafe fn scribble_on_mapped_pages(p: *mut u8, len: usize) {
+    let page = 4096usize;
+    let start = (p as usize) & !(page - 1);
+    let end = (p as usize + len).next_multiple_of(page);
+    let mut vec = 0u8;
+    for at in (start..end).step_by(page) {
+        // SAFETY: mincore only reports whether the page is mapped; then the child writes its
+        // own copy of a mapped page.
+        unsafe {
+            if libc::mincore(at as *mut c_void, page, &mut vec) == 0 {
+                core::ptr::write_bytes(at as *mut u8, 0xee, page);
+            }
+        }
+    }
+}
+
 #[test]
-fn a_child_forked_after_registration_that_writes_its_pages_does_not_disturb_the_parent() {
+fn a_child_forked_after_registration_does_not_disturb_the_parents_transfers() {
     in_guest();
     let p = pair(test_dev());
     let len = 1 << 20;
@@ -850,19 +874,24 @@ fn a_child_forked_after_registration_that_writes_its_pages_does_not_disturb_the_
     let smh = reg(p.send, &mut sbuf);
     let rmh = reg(p.recv, &mut rbuf);
     let (sp, rp) = (sbuf.as_mut_ptr(), rbuf.as_mut_ptr());
-    // SAFETY: the child only writes its own copies of the two buffers and exits at once, both
-    // async-signal-safe; the parent waits for it below.
+    // SAFETY: the child only scribbles on what it has of the two buffers, sleeps and exits,
+    // all async-signal-safe; the parent waits for it below.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
-        // SAFETY: in the child: its private copies of the parent's buffers, then _exit.
+        // SAFETY: in the child, between fork and _exit.
         unsafe {
-            core::ptr::write_bytes(sp, 0xee, len);
-            core::ptr::write_bytes(rp, 0xdd, len);
+            scribble_on_mapped_pages(sp, len);
+            scribble_on_mapped_pages(rp, len);
+            libc::usleep(300_000);
             libc::_exit(0);
         }
     }
-    for round in 0..4 {
+    // While the child lives, the parent writes its registered pages (without fork protection
+    // this gives the parent new copies while the NIC keeps the old pages) and transfers.
+    for round in 0..4u32 {
+        let want = pattern(20 + round, len);
+        sbuf.copy_from_slice(&want);
         rbuf.fill(0);
         let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), len, 5, rmh)]);
         ok(r, "irecv");
@@ -876,17 +905,12 @@ fn a_child_forked_after_registration_that_writes_its_pages_does_not_disturb_the_
         let mut sizes = [0 as c_int; 8];
         wait(sreq, &mut sizes);
         wait(rreq, &mut sizes);
-        if round == 0 {
-            let mut status = 0;
-            // SAFETY: waits for our own child.
-            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-            assert_eq!(status, 0, "the child exited cleanly");
-        }
-        assert!(
-            rbuf == sbuf && sbuf == pattern(11, len),
-            "round {round}: the parent's data changed"
-        );
+        assert!(rbuf == want, "round {round}: the received data differs");
     }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert_eq!(status, 0, "the child exited cleanly");
     // SAFETY: handles from regMr above.
     unsafe {
         ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
@@ -1000,5 +1024,62 @@ fn a_client_with_the_wrong_listen_secret_is_refused_while_the_real_peer_connects
         ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
         ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
     }
+    close(&p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A peer whose network silently drops everything
+
+/// Removes the loss on `lo` when dropped, whatever happened.
+struct NoLoss;
+
+impl Drop for NoLoss {
+    fn drop(&mut self) {
+        let _ = Command::new("tc")
+            .args(["qdisc", "del", "dev", "lo", "root"])
+            .status();
+    }
+}
+
+#[test]
+fn a_peer_whose_network_silently_drops_everything_is_noticed_within_60_s() {
+    in_guest();
+    let p = pair(test_dev());
+    let mut sbuf = vec![1u8; 4096];
+    let mut rbuf = vec![0u8; 4096];
+    let smh = reg(p.send, &mut sbuf);
+    let rmh = reg(p.recv, &mut rbuf);
+    // A receive waits for tag 1; the sender offers tag 2, which has no buffer.
+    let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), 4096, 1, rmh)]);
+    ok(r, "irecv");
+    // Every packet on the loopback (the out-of-band connection and rxe0's RoCE traffic) is
+    // dropped from now on: no FIN, no RST, no completion.
+    let _restore = NoLoss;
+    let s = Command::new("tc")
+        .args(["qdisc", "add", "dev", "lo", "root", "netem", "loss", "100%"])
+        .status()
+        .unwrap();
+    assert!(s.success(), "tc netem on lo");
+    let start = Instant::now();
+    let (mut send_err, mut recv_err) = (None, None);
+    while send_err.is_none() || recv_err.is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "a silent peer must be noticed within 60 s (send {send_err:?}, receive {recv_err:?})"
+        );
+        if send_err.is_none() {
+            let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 4096, 2, smh);
+            assert!(req.is_null());
+            if r != ncclResult_t::Success {
+                send_err = Some(start.elapsed());
+            }
+        }
+        if recv_err.is_none() && test(rreq).0 != ncclResult_t::Success {
+            recv_err = Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    println!("silent network: send failed after {send_err:?}, receive after {recv_err:?}");
+    drop(_restore);
     close(&p);
 }
