@@ -111,7 +111,7 @@ unsafe extern "C" fn connect(
         out(
             "sendComm",
             send_comm,
-            c.map_or(core::ptr::null_mut(), |c| Box::into_raw(c).cast()),
+            c.map_or(core::ptr::null_mut(), transport::CommPtr::into_raw),
         )
     })
 }
@@ -134,7 +134,7 @@ unsafe extern "C" fn accept(
         out(
             "recvComm",
             recv_comm,
-            c.map_or(core::ptr::null_mut(), |c| Box::into_raw(c).cast()),
+            c.map_or(core::ptr::null_mut(), transport::CommPtr::into_raw),
         )
     })
 }

@@ -80,6 +80,26 @@ unsafe impl Send for Comm {}
 // SAFETY: as above; all mutable state is behind the core's mutex.
 unsafe impl Sync for Comm {}
 
+/// A comm that is not yet NCCL's: freed if dropped (an error path), or handed to NCCL with
+/// [`CommPtr::into_raw`], after which `close` frees it.
+#[derive(Debug)]
+pub struct CommPtr(*mut Comm);
+
+impl CommPtr {
+    pub fn into_raw(self) -> *mut core::ffi::c_void {
+        let p = self.0;
+        std::mem::forget(self);
+        p.cast()
+    }
+}
+
+impl Drop for CommPtr {
+    fn drop(&mut self) {
+        // SAFETY: allocated by Box::into_raw in Comm::new and never handed out.
+        drop(unsafe { Box::from_raw(self.0) });
+    }
+}
+
 /// Maps a refusal of the protocol core to the plugin's error, naming the comm where useful.
 fn core_error(comm: &Comm, e: CoreError) -> Error {
     match e {
@@ -178,18 +198,21 @@ fn now() -> Duration {
 }
 
 impl Comm {
-    pub(super) fn new(
+    /// A new comm on the heap, handed over as a raw pointer from the start: the request
+    /// handles hold back-pointers to it, so it is only ever written through that pointer, never
+    /// through a `Box` or `&mut` that would invalidate them.
+    pub(super) fn create(
         ep: Endpoint,
         side: Side,
         split: bool,
         sock: TcpStream,
         peer: SocketAddr,
-    ) -> Box<Comm> {
+    ) -> CommPtr {
         let (kind, nreq) = match side {
             Side::Sender { .. } => (ObjectKind::SendComm, ferro_proto::comm::send::SEND_REQS),
             Side::Receiver { .. } => (ObjectKind::RecvComm, ferro_proto::comm::recv::RECV_REQS),
         };
-        let mut c = Box::new(Comm {
+        let p = Box::into_raw(Box::new(Comm {
             magic: kind.magic(),
             ep,
             side,
@@ -197,12 +220,13 @@ impl Comm {
             sock,
             peer,
             handles: Box::new([]),
-        });
-        let me: *const Comm = &*c;
-        c.handles = (0..nreq as u32)
-            .map(|idx| ReqHandle::new(me, idx))
-            .collect();
-        c
+        }));
+        let handles: Box<[ReqHandle]> =
+            (0..nreq as u32).map(|idx| ReqHandle::new(p, idx)).collect();
+        // SAFETY: p is the only pointer to this fresh allocation; the field is assigned through
+        // it (no reference to the comm is created), so the copies of p in the handles stay valid.
+        unsafe { (*p).handles = handles };
+        CommPtr(p)
     }
 
     pub(super) fn describe(&self) -> String {
@@ -263,16 +287,22 @@ impl Comm {
         }
     }
 
-    /// Reads the out-of-band socket; a closed or reset connection means the peer is gone.
+    /// Reads the out-of-band socket; a closed, reset or timed-out connection means the peer is
+    /// gone. The answer says how, with the likely cause.
     fn peer_gone(&self) -> Option<String> {
         let mut b = [0u8; 64];
         match (&self.sock).read(&mut b) {
-            Ok(0) => Some("closed the connection".to_string()),
+            Ok(0) => Some("closed the connection (process exited or was killed?)".to_string()),
             Ok(_) => None, // nothing is expected after the handshake; ignore
             Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
                 None
             }
-            Err(e) => Some(format!("connection error: {e}")),
+            Err(e) if e.kind() == ErrorKind::TimedOut => Some(format!(
+                "stopped answering: the out-of-band connection timed out after unanswered keepalive probes ({e}; host down or network partitioned?)"
+            )),
+            Err(e) => Some(format!(
+                "connection error: {e} (process killed or host rebooted?)"
+            )),
         }
     }
 
@@ -296,7 +326,7 @@ impl Comm {
         if let Some(why) = self.peer_gone() {
             self.poll(core, on_wc);
             core.fail(Failure::remote(format!(
-                "{}: peer {why} (process exited or was killed?) while requests were outstanding; {}",
+                "{}: peer {why} while requests were outstanding; {}",
                 self.describe(),
                 core.describe_wait()
             )));

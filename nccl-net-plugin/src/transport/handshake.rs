@@ -7,7 +7,7 @@
 //! read `Ready`. Every call advances as far as the socket allows and returns; NCCL calls again.
 //! `connect`'s progress is kept in a registry keyed by a token written into the handle.
 
-use super::comm::{Comm, ReceiverMem, SenderMem, Side};
+use super::comm::{Comm, CommPtr, ReceiverMem, SenderMem, Side};
 use super::endpoint::{Endpoint, FlushQp, RegBuf};
 use super::handles::ObjectKind;
 use crate::error::{Error, Result};
@@ -333,7 +333,7 @@ impl Handshake {
 
     /// The comm of a finished handshake; its socket stays open as the liveness signal, with
     /// TCP keepalive on.
-    fn into_comm(self, r: Box<Ready>) -> Box<Comm> {
+    fn into_comm(self, r: Box<Ready>) -> CommPtr {
         let keepalive = socket2::TcpKeepalive::new()
             .with_time(KEEPALIVE_IDLE)
             .with_interval(KEEPALIVE_INTERVAL)
@@ -346,7 +346,7 @@ impl Handshake {
                 self.peer
             );
         }
-        Comm::new(r.ep, r.side, r.split, self.sock, self.peer)
+        Comm::create(r.ep, r.side, r.split, self.sock, self.peer)
     }
 
     fn unexpected(&self, m: Msg) -> Error {
@@ -535,7 +535,7 @@ fn reap_abandoned_connects() {
 }
 
 /// `connect`: starts or continues; `Ok(None)` means "call again".
-pub fn connect(dev_index: i32, h: &mut [u8; HANDLE_SIZE]) -> Result<Option<Box<Comm>>> {
+pub fn connect(dev_index: i32, h: &mut [u8; HANDLE_SIZE]) -> Result<Option<CommPtr>> {
     reap_abandoned_connects();
     let token = handle::token(h);
     let mut p = if token == 0 {
@@ -579,7 +579,7 @@ impl ListenComm {
     /// `accept`: accepts new TCP connections and advances all pending ones; returns the first
     /// that is ready. A stray or garbage connection is dropped with a warning and never blocks
     /// the others.
-    pub fn accept(&self) -> Result<Option<Box<Comm>>> {
+    pub fn accept(&self) -> Result<Option<CommPtr>> {
         let mut pending = self
             .pending
             .lock()

@@ -19,7 +19,7 @@ mod recv;
 mod registration;
 mod send;
 
-pub use comm::Comm;
+pub use comm::{Comm, CommPtr};
 pub use ferro_proto::comm::recv::RecvBuf;
 pub use handles::{ObjectKind, ReqHandle, close, comm_ref, listen_ref, mr_ref, test_request};
 pub use handshake::{ListenComm, connect, listen};
