@@ -95,7 +95,7 @@ impl CommPtr {
 
 impl Drop for CommPtr {
     fn drop(&mut self) {
-        // SAFETY: allocated by Box::into_raw in Comm::new and never handed out.
+        // SAFETY: allocated by Box::into_raw in Comm::create and never handed out.
         drop(unsafe { Box::from_raw(self.0) });
     }
 }

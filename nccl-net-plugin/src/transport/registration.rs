@@ -107,8 +107,20 @@ pub fn reg_mr(comm: &Comm, data: u64, size: usize, ptr_type: i32) -> Result<Box<
     }))
 }
 
-/// `regMrDmaBuf`: CUDA memory through a DMA-BUF file descriptor (NCCL closes `fd` after the
-/// call; the registration keeps what it needs).
+/// Where a DMA-BUF registration of `data` (at `offset` in the DMA-BUF) starts when it is
+/// widened to whole pages, as the registration cache keys ranges: the page start, and the
+/// offset of that page in the DMA-BUF. `None` when the DMA-BUF does not reach back to the page
+/// start (the registration then covers exactly what was asked and is not cached).
+fn dmabuf_page_cover(data: usize, offset: u64, page: usize) -> Option<(usize, u64)> {
+    let start = data - data % page;
+    let head = (data - start) as u64;
+    offset.checked_sub(head).map(|fd_offset| (start, fd_offset))
+}
+
+/// `regMrDmaBuf`: CUDA memory through a DMA-BUF file descriptor. Like other registrations it
+/// goes through the device's cache, keyed by the page range (as NCCL's IB transport does, the
+/// fd is not part of the key: a later registration of the same pages shares the MR). NCCL
+/// closes `fd` after the call; the registration keeps the buffer alive.
 pub fn reg_mr_dmabuf(
     comm: &Comm,
     data: u64,
@@ -129,12 +141,41 @@ pub fn reg_mr_dmabuf(
             dev.gdr.summary
         )));
     }
-    // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range; the registration pins it.
-    let mr = unsafe { Mr::reg_dmabuf(&comm.ep.pd, offset, size, data, fd, reg_access()) }?;
+    if data == 0 {
+        return Err(Error::Usage(format!(
+            "regMrDmaBuf of a NULL buffer ({size} bytes)"
+        )));
+    }
+    let addr = usize::try_from(data).map_err(|_| Error::Usage("address out of range".into()))?;
+    let pd = comm.ep.pd.clone();
+    let access = reg_access();
+    let mut cache = dev
+        .cache
+        .lock()
+        .map_err(|_| Error::Internal("registration cache poisoned".into()))?;
+    let Some((page_start, fd_page_offset)) = dmabuf_page_cover(addr, offset, cache.page()) else {
+        drop(cache);
+        // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range; the registration pins it.
+        let mr = unsafe { Mr::reg_dmabuf(&pd, offset, size, data, fd, access) }?;
+        return Ok(Box::new(MrHandle {
+            magic: ObjectKind::MemHandle.magic(),
+            mr: Arc::new(mr),
+            key: None,
+            dev,
+            kind: MemKind::DmaBuf,
+        }));
+    };
+    let (mr, key) = cache.acquire(addr, size, |start, len| {
+        debug_assert_eq!(start, page_start);
+        // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range (NCCL exports whole
+        // pages); the page-widened range starts `fd_page_offset` bytes into it, and the
+        // registration pins it for as long as the cache holds the entry.
+        unsafe { Mr::reg_dmabuf(&pd, fd_page_offset, len, start as u64, fd, access) }
+    })?;
     Ok(Box::new(MrHandle {
         magic: ObjectKind::MemHandle.magic(),
-        mr: Arc::new(mr),
-        key: None,
+        mr,
+        key: Some(key),
         dev,
         kind: MemKind::DmaBuf,
     }))
@@ -168,4 +209,23 @@ pub unsafe fn dereg_mr(p: *mut core::ffi::c_void) -> Result<()> {
     drop(freed);
     drop(h);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dmabuf_range_is_widened_to_its_page_when_the_fd_reaches_back_that_far() {
+        assert_eq!(dmabuf_page_cover(0x20_0000, 0, 4096), Some((0x20_0000, 0)));
+        assert_eq!(
+            dmabuf_page_cover(0x20_0100, 0x1100, 4096),
+            Some((0x20_0000, 0x1000))
+        );
+        assert_eq!(
+            dmabuf_page_cover(0x20_0100, 0x80, 4096),
+            None,
+            "the fd starts inside the page: register exactly, uncached"
+        );
+    }
 }
