@@ -134,9 +134,10 @@ impl DeviceEvents {
         self.drain(&mut h);
     }
 
-    /// Reads pending events, then says why a comm on `port` using `qpns` and the CQ at `cq`
-    /// cannot go on, if it cannot.
-    pub fn verdict(&self, port: u8, qpns: &[u32], cq: usize) -> Option<String> {
+    /// Reads pending events, then says why a comm on `port` whose QPs are those for which
+    /// `uses_qp` is true, with the CQ at `cq`, cannot go on, if it cannot. Allocates nothing
+    /// unless it has something to say.
+    pub fn verdict(&self, port: u8, uses_qp: impl Fn(u32) -> bool, cq: usize) -> Option<String> {
         let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
         self.drain(&mut h);
         let dev = self.ctx.name();
@@ -148,7 +149,7 @@ impl DeviceEvents {
         if h.ports_down.contains(&port) {
             return Some(format!("{dev} port {port} went down (IBV_EVENT_PORT_ERR)"));
         }
-        if let Some((qpn, what)) = qpns.iter().find_map(|q| h.bad_qps.get(q).map(|w| (q, w))) {
+        if let Some((qpn, what)) = h.bad_qps.iter().find(|(q, _)| uses_qp(**q)) {
             return Some(format!("{dev}: {what} on QP {qpn}"));
         }
         h.bad_cqs

@@ -290,15 +290,15 @@ unsafe extern "C" fn iflush(
         if n > 0 && (data.is_null() || sizes.is_null() || mhandles.is_null()) {
             return Err(Error::Usage("iflush with a NULL array".into()));
         }
-        let mut bufs = Vec::with_capacity(n);
-        for i in 0..n {
+        let mut bufs = [(0u64, 0u32, None); plugin::MAX_RECVS];
+        for (i, buf) in bufs.iter_mut().enumerate().take(n) {
             // SAFETY: NCCL passes arrays of n elements each (checked non-NULL above).
             let (d, s, m) = unsafe { (*data.add(i), *sizes.add(i), *mhandles.add(i)) };
             // SAFETY: NULL or an mhandle of ours (checked by its magic).
             let m = unsafe { transport::mr_ref(m) }?;
-            bufs.push((d as u64, u32::try_from(s).unwrap_or(0), m));
+            *buf = (d as u64, u32::try_from(s).unwrap_or(0), m);
         }
-        let r = c.iflush(&bufs)?;
+        let r = c.iflush(&bufs[..n])?;
         out(
             "request",
             request,

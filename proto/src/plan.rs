@@ -32,16 +32,29 @@ pub fn group_qps(seq: u64, nqps: usize, split: bool) -> Range<usize> {
 }
 
 /// The chunks of a `size`-byte message over `nqps` QPs: `(qp, offset, len)`, one per QP.
-pub fn split_chunks(size: u32, nqps: usize) -> Vec<(usize, u32, u32)> {
+pub fn split_chunks(size: u32, nqps: usize) -> impl Iterator<Item = (usize, u32, u32)> {
     let n = nqps.max(1) as u32;
     let chunk = size.div_ceil(n).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
-    (0..n)
-        .map(|q| {
-            let off = q.saturating_mul(chunk).min(size);
-            let end = off.saturating_add(chunk).min(size);
-            (q as usize, off, end - off)
-        })
-        .collect()
+    (0..n).map(move |q| {
+        let off = q.saturating_mul(chunk).min(size);
+        let end = off.saturating_add(chunk).min(size);
+        (q as usize, off, end - off)
+    })
+}
+
+/// The chunks of one item: split over every QP, or whole on the group's QP.
+fn chunks_of(
+    it: &SendItem,
+    qps: &Range<usize>,
+    nqps: usize,
+    split: bool,
+) -> impl Iterator<Item = (usize, u32, u32)> {
+    let (whole, parts) = if split {
+        (None, Some(split_chunks(it.size, nqps)))
+    } else {
+        (Some((qps.start, 0, it.size)), None)
+    };
+    whole.into_iter().chain(parts.into_iter().flatten())
 }
 
 /// One matched send of a group.
@@ -88,6 +101,21 @@ pub fn plan_group(
     sizes: SizesSlot,
 ) -> Vec<Write> {
     let mut w = Vec::new();
+    plan_group_into(seq, items, nqps, split, sizes, &mut w);
+    w
+}
+
+/// [`plan_group`] into a buffer the caller reuses (cleared first), so the data path allocates
+/// nothing once the buffer has grown to its working size.
+pub fn plan_group_into(
+    seq: u64,
+    items: &[SendItem],
+    nqps: usize,
+    split: bool,
+    sizes: SizesSlot,
+    w: &mut Vec<Write>,
+) {
+    w.clear();
     let qps = group_qps(seq, nqps, split);
     let empty = |qp: usize, imm: u32| Write {
         qp,
@@ -98,15 +126,8 @@ pub fn plan_group(
         rkey: sizes.rkey,
         imm: Some(imm),
     };
-    let chunks_of = |it: &SendItem| -> Vec<(usize, u32, u32)> {
-        if split {
-            split_chunks(it.size, nqps)
-        } else {
-            vec![(qps.start, 0, it.size)]
-        }
-    };
     if let [one] = items {
-        for (qp, off, len) in chunks_of(one) {
+        for (qp, off, len) in chunks_of(one, &qps, nqps, split) {
             if len == 0 {
                 w.push(empty(qp, 0));
             } else {
@@ -121,10 +142,10 @@ pub fn plan_group(
                 });
             }
         }
-        return w;
+        return;
     }
     for it in items {
-        for (qp, off, len) in chunks_of(it) {
+        for (qp, off, len) in chunks_of(it, &qps, nqps, split) {
             if len > 0 {
                 w.push(Write {
                     qp,
@@ -148,7 +169,6 @@ pub fn plan_group(
             w.push(empty(qp, 0));
         }
     }
-    w
 }
 
 /// Work-request and completion-queue depths a connection needs when NCCL uses every limit the
@@ -208,7 +228,7 @@ mod tests {
     fn chunks_cover_the_message_exactly_in_128_byte_multiples() {
         for size in [0u32, 1, 127, 128, 129, 4095, 4096, 65537, 1 << 20] {
             for nqps in [1usize, 2, 3, 4, 8] {
-                let c = split_chunks(size, nqps);
+                let c: Vec<_> = split_chunks(size, nqps).collect();
                 assert_eq!(c.len(), nqps);
                 let mut next = 0;
                 for (q, (qp, off, len)) in c.iter().enumerate() {

@@ -28,7 +28,23 @@ pub(super) struct SenderMem {
     pub(super) fifo: RegBuf,
     pub(super) sizes_stage: RegBuf,
     pub(super) peer_sizes: (u64, u32),
+    /// Buffers reused by every group's posts, so the data path allocates nothing once they
+    /// have grown to their working size. Only locked while the core's lock is held.
+    pub(super) scratch: Mutex<SendScratch>,
 }
+
+/// The planned writes of a group and the work requests of one QP's chain.
+#[derive(Debug, Default)]
+pub(super) struct SendScratch {
+    pub(super) writes: Vec<ferro_proto::plan::Write>,
+    pub(super) sges: Vec<ibv_sge>,
+    pub(super) wrs: Vec<ibv_send_wr>,
+}
+
+// SAFETY: the raw pointers inside the work requests only ever point into the same scratch
+// buffers (the chain links and SGEs of the last post), and are rewritten before every post;
+// they are never dereferenced by Rust, so moving the buffers to another thread is sound.
+unsafe impl Send for SendScratch {}
 
 /// The receiver's protocol memory: CTS staging (local copies written to the peer), its sizes
 /// FIFO (written by the peer), and where the peer's CTS FIFO is.

@@ -170,9 +170,11 @@ impl Endpoint {
     /// Why this endpoint cannot go on, from the device's asynchronous events (its port went
     /// down, one of its QPs or its CQ failed, the device failed), if it cannot.
     pub(super) fn device_verdict(&self) -> Option<String> {
-        let qpns: Vec<u32> = self.qps.iter().map(Qp::qpn).collect();
-        self.events
-            .verdict(self.dev.port, &qpns, self.cq.as_ptr() as usize)
+        self.events.verdict(
+            self.dev.port,
+            |qpn| self.qps.iter().any(|q| q.qpn() == qpn),
+            self.cq.as_ptr() as usize,
+        )
     }
 
     /// A QP connected to itself with a 4-byte landing buffer, for flushes (RDMA READ of received

@@ -7,7 +7,7 @@
 //! read `Ready`. Every call advances as far as the socket allows and returns; NCCL calls again.
 //! `connect`'s progress is kept in a registry keyed by a token written into the handle.
 
-use super::comm::{Comm, CommPtr, ReceiverMem, SenderMem, Side};
+use super::comm::{Comm, CommPtr, ReceiverMem, SendScratch, SenderMem, Side};
 use super::endpoint::{Endpoint, FlushQp, RegBuf};
 use super::handles::ObjectKind;
 use crate::error::{Error, Result};
@@ -504,6 +504,7 @@ fn start_connect(dev_index: i32, h: &[u8; HANDLE_SIZE]) -> Result<Handshake> {
             fifo,
             sizes_stage,
             peer_sizes: (0, 0),
+            scratch: Mutex::new(SendScratch::default()),
         },
         split: cfg.split_data_on_qps,
         secret: handle::secret(h),

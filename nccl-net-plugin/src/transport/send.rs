@@ -1,7 +1,7 @@
 //! The send side's verbs work: reading the clear-to-send FIFO for the core, and posting the
 //! writes of a complete group as the core and `ferro_proto::plan` lay them out.
 
-use super::comm::{Comm, SenderMem, Side, retry_answer, sender_completion};
+use super::comm::{Comm, SendScratch, SenderMem, Side, retry_answer, sender_completion};
 use super::handles::ReqHandle;
 use super::registration::MrHandle;
 use crate::error::{Error, Result};
@@ -76,7 +76,7 @@ impl Comm {
     }
 
     /// Writes a complete group: its sizes into the staging slot, then every write of the plan,
-    /// one chain per QP.
+    /// one chain per QP, in reused buffers.
     fn post_group(&self, mem: &SenderMem, group: &ReadyGroup, posts: &mut u64) -> Result<()> {
         let soff = fifo::sizes_offset(group.seq);
         for (i, it) in group.items().iter().enumerate() {
@@ -88,73 +88,83 @@ impl Comm {
             remote_addr: mem.peer_sizes.0 + soff as u64,
             rkey: mem.peer_sizes.1,
         };
-        let writes = plan::plan_group(
+        let mut scratch = self.lock(&mem.scratch)?;
+        let SendScratch { writes, sges, wrs } = &mut *scratch;
+        plan::plan_group_into(
             group.seq,
             group.items(),
             self.ep.qps.len(),
             self.split,
             slot,
+            writes,
         );
-        self.post_writes(group.seq, &writes, posts)
-    }
-
-    fn post_writes(&self, seq: u64, writes: &[plan::Write], posts: &mut u64) -> Result<()> {
-        let wr_id = WrId::Send { seq }.encode();
-        for (q, qp) in self.ep.qps.iter().enumerate() {
-            let mine: Vec<&plan::Write> = writes.iter().filter(|w| w.qp == q).collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let mut sges: Vec<ibv_sge> = mine
-                .iter()
-                .map(|w| ibv_sge {
-                    addr: w.local_addr,
-                    length: w.len,
-                    lkey: w.lkey,
-                })
-                .collect();
-            let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(mine.len());
-            for (k, w) in mine.iter().enumerate() {
-                let mut wr = ibv_send_wr {
-                    wr_id,
-                    sg_list: if w.len > 0 {
-                        &mut sges[k]
-                    } else {
-                        core::ptr::null_mut()
-                    },
-                    num_sge: i32::from(w.len > 0),
-                    opcode: if w.imm.is_some() {
-                        IBV_WR_RDMA_WRITE_WITH_IMM
-                    } else {
-                        IBV_WR_RDMA_WRITE
-                    },
-                    // Only the writes with immediates are signaled: each one's completion
-                    // retires the unsignaled writes before it on that QP.
-                    send_flags: if w.imm.is_some() {
-                        IBV_SEND_SIGNALED
-                    } else {
-                        0
-                    },
-                    imm_data: w.imm.unwrap_or(0).to_be(),
-                    ..Default::default()
-                };
-                wr.wr.rdma = ibv_rdma_info {
-                    remote_addr: w.remote_addr,
-                    rkey: w.rkey,
-                };
-                wrs.push(wr);
-            }
-            for k in 1..wrs.len() {
-                let next: *mut ibv_send_wr = &mut wrs[k];
-                wrs[k - 1].next = next;
-            }
+        // One chain per QP: group the writes by QP, the write with immediate last on each (the
+        // order of the plain data writes among themselves does not matter).
+        writes.sort_unstable_by_key(|w| (w.qp, w.imm.is_some()));
+        let wr_id = WrId::Send { seq: group.seq }.encode();
+        for run in writes.chunk_by(|a, b| a.qp == b.qp) {
+            self.post_chain(run, wr_id, sges, wrs)?;
             *posts += 1;
-            // SAFETY: the chain lives until post returns (the provider copies WRs); every SGE
-            // names memory registered under this comm's PD by NCCL (deregistered only after the
-            // request completes, per NCCL's contract) or by this comm (owned by it).
-            unsafe { qp.post_send(&mut wrs[0]) }
-                .map_err(|e| Error::System(format!("{}: {e}", self.describe())))?;
         }
         Ok(())
+    }
+
+    /// Posts `run` (writes of one QP) as one chain.
+    fn post_chain(
+        &self,
+        run: &[plan::Write],
+        wr_id: u64,
+        sges: &mut Vec<ibv_sge>,
+        wrs: &mut Vec<ibv_send_wr>,
+    ) -> Result<()> {
+        sges.clear();
+        sges.extend(run.iter().map(|w| ibv_sge {
+            addr: w.local_addr,
+            length: w.len,
+            lkey: w.lkey,
+        }));
+        wrs.clear();
+        for (k, w) in run.iter().enumerate() {
+            let mut wr = ibv_send_wr {
+                wr_id,
+                sg_list: if w.len > 0 {
+                    &mut sges[k]
+                } else {
+                    core::ptr::null_mut()
+                },
+                num_sge: i32::from(w.len > 0),
+                opcode: if w.imm.is_some() {
+                    IBV_WR_RDMA_WRITE_WITH_IMM
+                } else {
+                    IBV_WR_RDMA_WRITE
+                },
+                // Only the writes with immediates are signaled: each one's completion retires
+                // the unsignaled writes before it on that QP.
+                send_flags: if w.imm.is_some() {
+                    IBV_SEND_SIGNALED
+                } else {
+                    0
+                },
+                imm_data: w.imm.unwrap_or(0).to_be(),
+                ..Default::default()
+            };
+            wr.wr.rdma = ibv_rdma_info {
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+            };
+            wrs.push(wr);
+        }
+        for k in 1..wrs.len() {
+            let next: *mut ibv_send_wr = &mut wrs[k];
+            wrs[k - 1].next = next;
+        }
+        let Some(qp) = run.first().and_then(|w| self.ep.qps.get(w.qp)) else {
+            return Ok(());
+        };
+        // SAFETY: the chain lives until post returns (the provider copies WRs); every SGE
+        // names memory registered under this comm's PD by NCCL (deregistered only after the
+        // request completes, per NCCL's contract) or by this comm (owned by it).
+        unsafe { qp.post_send(&mut wrs[0]) }
+            .map_err(|e| Error::System(format!("{}: {e}", self.describe())))
     }
 }

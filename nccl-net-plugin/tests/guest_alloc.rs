@@ -1,0 +1,189 @@
+//! The data path allocates nothing per message (guest only): a counting global allocator
+//! watches `isend`, `irecv` and `test` over a thousand steady-state messages, for single and
+//! grouped receives, with 1 and 4 QPs, split on and off. Each setting runs in a child process
+//! (the plugin reads them once per process).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use core::ffi::{c_int, c_void};
+use nccl_net_ferro::ncclNetPlugin_v8 as NET;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::process::Command;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+mod common;
+use common::*;
+
+/// The system allocator, counting allocations (and reallocations).
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const WARMUP: usize = 300;
+const MEASURED: usize = 1000;
+const MAX_N: usize = 4;
+const LEN: usize = 4096;
+
+/// One message exchange of a group of `n` buffers; no allocation in the test's own code.
+fn exchange(p: &Pair, n: usize, bufs: &mut [[u8; LEN]; 2 * MAX_N], mhs: &[*mut c_void; 2]) {
+    let mut data: [*mut c_void; MAX_N] = [null_mut(); MAX_N];
+    let mut sizes: [c_int; MAX_N] = [LEN as c_int; MAX_N];
+    let mut tags: [c_int; MAX_N] = [0, 1, 2, 3];
+    let mut rmh: [*mut c_void; MAX_N] = [mhs[1]; MAX_N];
+    for (i, d) in data.iter_mut().enumerate() {
+        *d = bufs[MAX_N + i].as_mut_ptr().cast();
+    }
+    let mut rreq: *mut c_void = null_mut();
+    let mut sreqs: [*mut c_void; MAX_N] = [null_mut(); MAX_N];
+    // SAFETY: arrays of n elements, registered buffers, valid out-pointers.
+    unsafe {
+        while rreq.is_null() {
+            ok(
+                NET.irecv.unwrap()(
+                    p.recv,
+                    n as c_int,
+                    data.as_mut_ptr(),
+                    sizes.as_mut_ptr(),
+                    tags.as_mut_ptr(),
+                    rmh.as_mut_ptr(),
+                    &mut rreq,
+                ),
+                "irecv",
+            );
+        }
+        for (t, s) in sreqs.iter_mut().enumerate().take(n) {
+            while s.is_null() {
+                ok(
+                    NET.isend.unwrap()(
+                        p.send,
+                        bufs[t].as_mut_ptr().cast(),
+                        (64 * (t + 1)) as c_int,
+                        t as c_int,
+                        mhs[0],
+                        s,
+                    ),
+                    "isend",
+                );
+            }
+        }
+        let mut got = [0 as c_int; 8];
+        for &s in &sreqs[..n] {
+            let mut done = 0;
+            while done == 0 {
+                ok(
+                    NET.test.unwrap()(s, &mut done, got.as_mut_ptr()),
+                    "test send",
+                );
+            }
+        }
+        let mut done = 0;
+        while done == 0 {
+            ok(
+                NET.test.unwrap()(rreq, &mut done, got.as_mut_ptr()),
+                "test recv",
+            );
+        }
+        assert_eq!(got[n - 1], (64 * n) as c_int);
+    }
+}
+
+fn child() {
+    let p = pair(test_dev());
+    let mut bufs = Box::new([[7u8; LEN]; 2 * MAX_N]);
+    let mut smh: *mut c_void = null_mut();
+    let mut rmh: *mut c_void = null_mut();
+    // SAFETY: the buffers outlive the registrations (deregistered below).
+    unsafe {
+        let base: *mut c_void = bufs.as_mut_ptr().cast();
+        let len = core::mem::size_of_val(&*bufs);
+        ok(NET.regMr.unwrap()(p.send, base, len, 1, &mut smh), "regMr");
+        ok(NET.regMr.unwrap()(p.recv, base, len, 1, &mut rmh), "regMr");
+    }
+    let mhs = [smh, rmh];
+    for n in [1usize, MAX_N] {
+        for _ in 0..WARMUP {
+            exchange(&p, n, &mut bufs, &mhs);
+        }
+        let before = ALLOCS.load(Ordering::Relaxed);
+        for _ in 0..MEASURED {
+            exchange(&p, n, &mut bufs, &mhs);
+        }
+        let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        println!("ALLOCS n={n} messages={MEASURED} allocations={allocs}");
+        assert_eq!(
+            allocs, 0,
+            "{allocs} allocations over {MEASURED} exchanges of {n} buffers"
+        );
+    }
+    // SAFETY: handles from regMr above.
+    unsafe {
+        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
+        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
+        ok(NET.closeSend.unwrap()(p.send), "closeSend");
+        ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
+        ok(NET.closeListen.unwrap()(p.listen), "closeListen");
+    }
+    println!("ALLOC-OK");
+}
+
+#[test]
+fn steady_state_messages_allocate_nothing_for_single_and_grouped_receives() {
+    if std::env::var("FERRO_ALLOC_CHILD").is_ok() {
+        return child();
+    }
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
+        "needs the soft-RoCE guest (run the README's test command)"
+    );
+    for (qps, split) in [("1", "0"), ("4", "0"), ("4", "1")] {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "steady_state_messages_allocate_nothing_for_single_and_grouped_receives",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("FERRO_ALLOC_CHILD", "1")
+            .env("NCCL_IB_QPS_PER_CONNECTION", qps)
+            .env("NCCL_IB_SPLIT_DATA_ON_QPS", split)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in text.lines().filter(|l| l.contains("ALLOCS")) {
+            println!(
+                "QPs {qps} split {split}: {}",
+                &l[l.find("ALLOCS").unwrap_or(0)..]
+            );
+        }
+        assert!(
+            out.status.success() && text.contains("ALLOC-OK"),
+            "QPs {qps} split {split}:\n{text}"
+        );
+    }
+}
