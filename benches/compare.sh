@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Plugin vs perftest on soft-RoCE, in ONE guest boot. Runs INSIDE the test-bed guest:
 #
-#   testbed/run-in-guest.sh --timeout 1500 -- benches/compare.sh [options]
+#   testbed/host/run-in-guest.sh --timeout 1500 -- benches/compare.sh [options]
 #   (benches/run.sh does the provisioning, the release build and this call)
 #
 # For every round: perftest ib_write_bw and ib_send_bw (rxe0, GID index 1 = ::ffff:127.0.0.1,
@@ -32,8 +32,9 @@ SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SRC/.." && pwd)"
 cd "$REPO"
 
-log() { printf '[compare] %s\n' "$*" >&2; }
-die() { printf '[compare] error: %s\n' "$*" >&2; exit 1; }
+LOG_TAG=compare
+# shellcheck source=../testbed/lib.sh
+. "$REPO/testbed/lib.sh"
 
 quick=0
 rounds=3
@@ -72,9 +73,9 @@ fi
 
 BENCH="${FERRO_BENCH:-$REPO/target/release/ferro-bench}"
 [[ -x "$BENCH" ]] || die "$BENCH missing: build it on the host (cargo build --release -p nccl-net-plugin -p ferro-bench)"
-[[ -e "/sys/class/infiniband/$dev" ]] || die "no RDMA device $dev here: run this inside the test-bed guest (testbed/run-in-guest.sh)"
+[[ -e "/sys/class/infiniband/$dev" ]] || die "no RDMA device $dev here: run this inside the test-bed guest (testbed/host/run-in-guest.sh)"
 for t in ib_write_bw ib_send_bw ib_write_lat ss timeout; do
-  command -v "$t" >/dev/null || die "$t not found (testbed/provision.sh installs perftest)"
+  command -v "$t" >/dev/null || die "$t not found (testbed/host/provision.sh installs perftest)"
 done
 ulimit -l unlimited 2>/dev/null || true
 
@@ -115,50 +116,16 @@ lat_iters() { # size
 }
 
 port=18600
-# Wait until a TCP port listens (perftest servers exchange QP data over TCP).
-wait_listen() { # port pid timeout_s
-  local deadline=$((SECONDS + $3))
-  while ((SECONDS < deadline)); do
-    kill -0 "$2" 2>/dev/null || return 1
-    [[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]] && return 0
-    sleep 0.2
-  done
-  return 1
-}
-
-# One perftest pair on $dev: server in the background, client to 127.0.0.1. Appends the
-# client's result line to perftest.csv as "tool,round,numbers...".
+# One perftest pair on $dev (server in the background, client to 127.0.0.1; testbed/lib.sh).
+# Appends the client's result line to perftest.csv as "tool,round,numbers...".
 perftest_pair() { # round tool args...
   local round="$1" tool="$2"
   shift 2
   port=$((port + 1))
   local tag="$tool-$(sed 's/ /_/g; s/-//g' <<<"$*")-r$round"
-  local srv_log="$OUT/raw/$tag.server.log" cli_log="$OUT/raw/$tag.client.log"
-  local t0=$SECONDS
-  timeout 180 "$tool" -d "$dev" -x "$gid" -F "$@" -p "$port" >"$srv_log" 2>&1 &
-  local srv=$!
-  if ! wait_listen "$port" "$srv" 60; then
-    log "$tool server did not start listening on port $port; its output:"
-    sed 's/^/    /' "$srv_log" >&2
-    kill "$srv" 2>/dev/null || true
-    wait "$srv" 2>/dev/null || true
-    return 1
-  fi
-  local crc=0 src=0
-  timeout 180 "$tool" -d "$dev" -x "$gid" -F "$@" -p "$port" 127.0.0.1 >"$cli_log" 2>&1 || crc=$?
-  wait "$srv" || src=$?
-  if [[ "$crc" -ne 0 || "$src" -ne 0 ]]; then
-    log "$tool $* failed (client status $crc, server status $src); client output:"
-    sed 's/^/    /' "$cli_log" >&2
-    return 1
-  fi
-  # The result line: "#bytes #iterations figures..." with numbers only.
-  local line
-  line="$(awk '/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+/ { line = $0 } END { if (line == "") exit 1; print line }' "$cli_log")" || {
-    log "$tool $*: no result line in the client output:"
-    sed 's/^/    /' "$cli_log" >&2
-    return 1
-  }
+  local t0=$SECONDS line
+  line="$(perftest_run "$port" "$OUT/raw/$tag.server.log" "$OUT/raw/$tag.client.log" \
+    "$tool" -d "$dev" -x "$gid" -F "$@")" || return 1
   local fields
   fields="$(awk '{ $1 = $1; gsub(/ /, ","); print }' <<<"$line")"
   echo "$tool,$round,$fields" >>"$PT_CSV"

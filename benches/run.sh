@@ -3,15 +3,15 @@
 #
 #   benches/run.sh [compare.sh options]      e.g. benches/run.sh --quick
 #
-# 1. testbed/provision.sh (packages, virtme-ng, the guest kernel; idempotent);
+# 1. testbed/host/provision.sh (packages, virtme-ng, the guest kernel; idempotent);
 # 2. cargo build --release -p nccl-net-plugin -p ferro-bench;
-# 3. testbed/run-in-guest.sh --timeout 1500 -- benches/compare.sh "$@" (one boot: perftest and
+# 3. testbed/host/run-in-guest.sh --timeout 1500 -- benches/compare.sh "$@" (one boot: perftest and
 #    ferro-bench, side by side);
 # 4. prints the summary from target/guest-out/bench/ (summary.txt; also summary.json,
 #    compare.csv, bandwidth.svg, the ferro-bench CSV/JSON files and raw/ logs).
 #
 # Environment: FERRO_TESTBED_TIMEOUT (guest timeout, default 1500 s), FERRO_GUEST_OUT (results
-# folder, default target/guest-out), and everything testbed/run-in-guest.sh reads.
+# folder, default target/guest-out), and everything testbed/host/run-in-guest.sh reads.
 set -euo pipefail
 
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -22,7 +22,7 @@ log() { printf '[bench] %s\n' "$*" >&2; }
 
 start=$SECONDS
 log "1/4 provisioning the test bed"
-testbed/provision.sh
+testbed/host/provision.sh
 
 log "2/4 building the plugin and ferro-bench (release)"
 cargo build --release -p nccl-net-plugin -p ferro-bench
@@ -33,7 +33,7 @@ rm -rf "$out/bench"
 
 log "3/4 running benches/compare.sh $* in the guest (boot ~1 min, the comparison several more)"
 rc=0
-testbed/run-in-guest.sh --timeout "${FERRO_TESTBED_TIMEOUT:-1500}" -- bash benches/compare.sh "$@" || rc=$?
+testbed/host/run-in-guest.sh --timeout "${FERRO_TESTBED_TIMEOUT:-1500}" -- bash benches/compare.sh "$@" || rc=$?
 
 log "4/4 results ($out/bench)"
 if [[ -f "$out/bench/summary.txt" ]]; then

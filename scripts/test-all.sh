@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's whole test suite, as run by `make test` and CI:
 #   1. provision the machine (packages, soft-RoCE guest kernel) if needed;
-#   2. host tests: unit tests of every crate and the host_* integration tests (no RDMA needed);
-#   3. guest tests: the guest_* integration tests, built here and run inside one boot of the
+#   2. style: rustfmt and clippy (warnings are errors), before anything slow;
+#   3. host tests: unit tests of every crate and the host_* integration tests (no RDMA needed);
+#   4. guest tests: the guest_* integration tests, built here and run inside one boot of the
 #      soft-RoCE QEMU guest (rxe0 on lo, rxe1 on a dummy netdev).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -10,7 +11,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "provisioning (packages, guest kernel)"
-testbed/provision.sh
+testbed/host/provision.sh
+
+step "style: cargo fmt --check, cargo clippy -D warnings"
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  command -v rustup >/dev/null 2>&1 && rustup component add rustfmt clippy >&2 || true
+  cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1 || {
+    echo "rustfmt and clippy are needed (rustup component add rustfmt clippy)" >&2
+    exit 1
+  }
+fi
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
 
 step "building the plugin and tools"
 cargo build --workspace --all-targets
@@ -31,4 +43,4 @@ sed 's/^/    /' target/guest-out/guest-tests.list >&2
 [ -s target/guest-out/guest-tests.list ] || { echo "no guest tests were built" >&2; exit 1; }
 
 step "guest tests (soft-RoCE, one boot)"
-testbed/run-in-guest.sh --timeout "${FERRO_GUEST_TEST_TIMEOUT:-1800}" -- scripts/guest-tests.sh target/guest-out/guest-tests.list
+testbed/host/run-in-guest.sh --timeout "${FERRO_GUEST_TEST_TIMEOUT:-1800}" -- testbed/guest/run-tests.sh target/guest-out/guest-tests.list

@@ -16,8 +16,8 @@ pub fn require_guest() {
     assert!(
         p.exists(),
         "this test needs the soft-RoCE guest: {} is missing (rxe0 on lo and rxe1 on dummy1 are \
-         created by testbed/guest-setup.sh). Run it in the test bed: `make test`, or \
-         testbed/run-in-guest.sh -- <this test binary> --test-threads=1; on a host without \
+         created by testbed/guest/setup.sh). Run it in the test bed: `make test`, or \
+         testbed/host/run-in-guest.sh -- <this test binary> --test-threads=1; on a host without \
          soft-RoCE, run only the host tests (--test host_load).",
         p.display()
     );

@@ -2,7 +2,7 @@
 //! processes over rxe0 (soft-RoCE on lo) and checks every rank's verdict. Fails (does not skip)
 //! outside the soft-RoCE guest. The scenarios are described in `ferro_tests::scenario`.
 //!
-//! Run serially (`--test-threads=1`, as `scripts/guest-tests.sh` does; a lock serialises them
+//! Run serially (`--test-threads=1`, as `testbed/guest/run-tests.sh` does; a lock serialises them
 //! anyway). Observed in the TCG guest (debug build): about 200 s for the whole file, the ring
 //! all-reduce being the longest (about 75 s); the timeouts below are several times that.
 

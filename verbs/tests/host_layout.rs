@@ -289,7 +289,7 @@ fn verbs_types_match_system_headers() {
     std::fs::write(&c_file, src).expect("write C file");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc).arg(&c_file).arg("-o").arg(&exe).output().unwrap_or_else(|e| {
-        panic!("cannot run the C compiler `{cc}` ({e}); install gcc and libibverbs-dev (testbed/provision.sh does)")
+        panic!("cannot run the C compiler `{cc}` ({e}); install gcc and libibverbs-dev (testbed/host/provision.sh does)")
     });
     assert!(
         out.status.success(),

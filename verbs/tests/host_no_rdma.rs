@@ -4,7 +4,7 @@
 #[test]
 fn system_libibverbs_loads_with_all_required_symbols_and_optional_ones_detected() {
     let v = ferro_verbs::verbs()
-        .expect("libibverbs from rdma-core must be installed (testbed/provision.sh)");
+        .expect("libibverbs from rdma-core must be installed (testbed/host/provision.sh)");
     // rdma-core 44 (Debian 12) has both optional entry points.
     let caps = v.capabilities();
     assert!(

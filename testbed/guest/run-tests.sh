@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs inside the soft-RoCE guest: every test binary listed in $1, one after the other (rxe drops
-# completions when many QPs are busy at once, so tests run serially), then a short benchmark run. Prints a closing summary
-# line and exits non-zero if any binary failed.
+# Runs inside the soft-RoCE guest (scripts/test-all.sh boots it with this): every test binary
+# listed in $1, one after the other (rxe drops completions when many QPs are busy at once, so
+# tests run serially), then a short benchmark run. Prints a closing summary line and exits
+# non-zero if any binary failed.
 set -uo pipefail
 list="$1"
 failed=()

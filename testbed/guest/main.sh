@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Entry point inside the test-bed guest (run-in-guest.sh boots the guest with it).
+# Entry point inside the test-bed guest (host/run-in-guest.sh boots the guest with it).
 #
-#   guest-main.sh setup-then-exec CMD [ARGS...]
+#   testbed/guest/main.sh setup-then-exec CMD [ARGS...]
 #
-# Raises the memlock limit, sets up the rxe devices (guest-setup.sh), then
+# Raises the memlock limit, sets up the rxe devices (guest/setup.sh), then
 # execs CMD in this same process so that CMD keeps the raised limits and its
 # exit status becomes the guest's. Exits 125 if the setup fails.
 set -euo pipefail
 
-TESTBED_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-
-log() { printf '[testbed] %s\n' "$*" >&2; }
+GUEST_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../lib.sh
+. "$GUEST_DIR/../lib.sh"
 
 usage() {
-  log "usage: guest-main.sh setup-then-exec CMD [ARGS...]"
+  log "usage: testbed/guest/main.sh setup-then-exec CMD [ARGS...]"
   exit 2
 }
 
@@ -29,7 +29,7 @@ if ! ulimit -l unlimited; then
 fi
 export FERRO_GUEST=1
 
-if ! bash "$TESTBED_SRC/guest-setup.sh"; then
+if ! bash "$GUEST_DIR/setup.sh"; then
   log "error: guest setup failed"
   exit 125
 fi

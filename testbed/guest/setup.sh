@@ -7,16 +7,16 @@
 # Idempotent: devices and addresses already present are kept. Waits (bounded by
 # FERRO_TESTBED_SETUP_WAIT seconds, default 20) until both ports are ACTIVE and
 # the IPv6 GID shows up on rxe1, then prints a summary on stderr.
-# `guest-setup.sh --summary` only prints the summary (devices and GID tables).
+# `testbed/guest/setup.sh --summary` only prints the summary (devices and GID tables).
 #
 # The raised memlock limit only applies to this process and its children: to run
-# a command with it, use guest-main.sh (which sets the limit and then execs it).
+# a command with it, use guest/main.sh (which sets the limit and then execs it).
 set -euo pipefail
 
-log() { printf '[testbed] %s\n' "$*" >&2; }
-die() { printf '[testbed] error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-[[ "$(id -u)" -eq 0 ]] || die "guest-setup.sh must run as root (inside the guest)"
+[[ "$(id -u)" -eq 0 ]] || die "testbed/guest/setup.sh must run as root (inside the guest)"
 
 IB_SYSFS=/sys/class/infiniband
 DUMMY=dummy1

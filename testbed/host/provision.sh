@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Provision the soft-RoCE test bed on a Debian 12 host (idempotent).
+# Provision the soft-RoCE test bed on a Debian 12 host (idempotent). Runs on the host.
 #
 #  - installs the Debian packages the test bed needs (apt-get, root only);
 #  - installs virtme-ng (`vng`) from PyPI when it is missing;
@@ -15,13 +15,13 @@
 # Prints nothing on stdout; progress goes to stderr.
 set -euo pipefail
 
-TESTBED_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+TESTBED_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPO="$(cd "$TESTBED_SRC/.." && pwd)"
+# shellcheck source=../lib.sh
+. "$TESTBED_SRC/lib.sh"
 FERRO_TESTBED_DIR="${FERRO_TESTBED_DIR:-$REPO/.testbed}"
 VNG_SPEC="${FERRO_TESTBED_VNG_SPEC:-virtme-ng}"
 
-log() { printf '[testbed] %s\n' "$*" >&2; }
-die() { printf '[testbed] error: %s\n' "$*" >&2; exit 1; }
 
 # Packages the test bed uses on the host (qemu, busybox and kmod for vng;
 # rdma-core/ibverbs/perftest/iproute2 are used inside the guest, which sees

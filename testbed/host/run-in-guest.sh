@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run a command inside the soft-RoCE test-bed guest and return its exit status.
 #
-#   testbed/run-in-guest.sh [--timeout SECS] -- CMD [ARGS...]
+#   testbed/host/run-in-guest.sh [--timeout SECS] -- CMD [ARGS...]
 #
 # Provisions the host if needed (provision.sh), boots the Debian kernel with
 # virtme-ng under QEMU/TCG with the host's root filesystem (read-only) and
-# <repo>/target/guest-out writable, sets up rxe0/rxe1 (guest-setup.sh), then runs
+# <repo>/target/guest-out writable, sets up rxe0/rxe1 (guest/setup.sh), then runs
 # CMD as root with cwd = repository root and memlock unlimited.
 #
 # Exit status: CMD's; 125 if the guest setup failed; 124 (or 137) if the timeout
@@ -20,18 +20,24 @@
 # Variables named FERRO_*, RUST_*, NCCL_* and CARGO_* are passed into the guest as they are.
 set -euo pipefail
 
-TESTBED_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+HOST_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+TESTBED_SRC="$(cd "$HOST_DIR/.." && pwd)"
 REPO="$(cd "$TESTBED_SRC/.." && pwd)"
+# shellcheck source=../lib.sh
+. "$TESTBED_SRC/lib.sh"
 FERRO_TESTBED_DIR="${FERRO_TESTBED_DIR:-$REPO/.testbed}"
 case "$FERRO_TESTBED_DIR" in /*) ;; *) FERRO_TESTBED_DIR="$(pwd)/$FERRO_TESTBED_DIR" ;; esac
 export FERRO_TESTBED_DIR
 
-log() { printf '[testbed] %s\n' "$*" >&2; }
-die() { printf '[testbed] error: %s\n' "$*" >&2; exit 2; }
+# Usage and setup errors exit 2 (distinct from the command's own status).
+die() {
+  log "error: $*"
+  exit 2
+}
 
 usage() {
   cat >&2 <<'EOF'
-usage: testbed/run-in-guest.sh [--timeout SECS] -- CMD [ARGS...]
+usage: testbed/host/run-in-guest.sh [--timeout SECS] -- CMD [ARGS...]
 Runs CMD (as root, in the repository root) inside the soft-RoCE QEMU guest.
 EOF
   exit 2
@@ -56,7 +62,7 @@ if [[ "${FERRO_GUEST:-}" == 1 ]]; then
   exec "$@"
 fi
 
-"$TESTBED_SRC/provision.sh"
+"$HOST_DIR/provision.sh"
 
 if [[ -n "${HOME:-}" ]]; then
   case ":$PATH:" in *":$HOME/.local/bin:"*) ;; *) PATH="$PATH:$HOME/.local/bin" ;; esac
@@ -87,7 +93,7 @@ trap 'rm -f "$cmdfile"' EXIT
     esac
     printf 'export %s=%s\n' "$name" "$(sq "${!name}")"
   done < <(compgen -e)
-  printf 'exec bash %s setup-then-exec' "$(sq "$TESTBED_SRC/guest-main.sh")"
+  printf 'exec bash %s setup-then-exec' "$(sq "$TESTBED_SRC/guest/main.sh")"
   for arg in "$@"; do printf ' %s' "$(sq "$arg")"; done
   printf '\n'
 } >"$cmdfile"
