@@ -84,6 +84,41 @@ fn test(req: *mut c_void) -> (ncclResult_t, Option<[c_int; 8]>) {
     (r, (done != 0).then_some(sizes))
 }
 
+/// One message of `send_len` bytes from `sbuf` into a receive of `recv_len` bytes at `rbuf`
+/// with `tag`: post both, wait for both; returns the sizes the two sides report.
+fn transfer(
+    p: &Pair,
+    (sbuf, smh, send_len): (*mut u8, *mut c_void, usize),
+    (rbuf, rmh, recv_len): (*mut u8, *mut c_void, usize),
+    tag: c_int,
+) -> (c_int, c_int) {
+    let (r, rreq) = irecv(p.recv, &[(rbuf, recv_len, tag, rmh)]);
+    ok(r, "irecv");
+    assert!(!rreq.is_null(), "a first receive is always posted");
+    let sreq = loop {
+        let (r, req) = isend(p.send, sbuf, send_len, tag, smh);
+        ok(r, "isend");
+        if !req.is_null() {
+            break req;
+        }
+    };
+    let mut sizes = [0 as c_int; 8];
+    wait(sreq, &mut sizes);
+    let sent = sizes[0];
+    wait(rreq, &mut sizes);
+    (sent, sizes[0])
+}
+
+/// Deregisters the pair's two buffers and closes the pair.
+fn release(p: &Pair, smh: *mut c_void, rmh: *mut c_void) {
+    // SAFETY: handles from regMr on this pair's comms, released once, comms still open.
+    unsafe {
+        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
+        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
+    }
+    close(p);
+}
+
 fn close(p: &Pair) {
     // SAFETY: comms of this pair, closed once.
     unsafe {
@@ -287,12 +322,7 @@ fn overtaking_child() {
         nulls[0] > 0,
         "tag 0 must have been held back at least once (NULL answers per tag {nulls:?})"
     );
-    // SAFETY: handles from regMr above, comms still open.
-    unsafe {
-        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
-        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
-    }
-    close(&p);
+    release(&p, smh, rmh);
     println!("OVERTAKE-OK nulls per tag {nulls:?}, at most {most_sends} sends in flight");
 }
 
@@ -378,12 +408,7 @@ fn a_send_larger_than_the_posted_receive_is_truncated_to_it_on_both_sides() {
         rbuf[posted..].iter().all(|&b| b == 0),
         "nothing is written past the posted receive"
     );
-    // SAFETY: handles from regMr above.
-    unsafe {
-        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
-        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
-    }
-    close(&p);
+    release(&p, smh, rmh);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -449,26 +474,15 @@ fn counters_child() {
     let smh = reg(p.send, &mut sbuf);
     let rmh = reg(p.recv, &mut rbuf);
     for _ in 0..10 {
-        let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), 4096, 1, rmh)]);
-        ok(r, "irecv");
-        let sreq = loop {
-            let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 1000, 1, smh);
-            ok(r, "isend");
-            if !req.is_null() {
-                break req;
-            }
-        };
-        let mut sizes = [0 as c_int; 8];
-        wait(sreq, &mut sizes);
-        wait(rreq, &mut sizes);
-        assert_eq!(sizes[0], 1000);
+        let sizes = transfer(
+            &p,
+            (sbuf.as_mut_ptr(), smh, 1000),
+            (rbuf.as_mut_ptr(), rmh, 4096),
+            1,
+        );
+        assert_eq!(sizes, (1000, 1000));
     }
-    // SAFETY: handles from regMr above.
-    unsafe {
-        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
-        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
-    }
-    close(&p);
+    release(&p, smh, rmh);
     println!("COUNTERS-DONE");
 }
 
@@ -813,19 +827,13 @@ fn port_down_child() {
     let smh = reg(q.send, &mut sbuf);
     let rmh = reg(q.recv, &mut rbuf);
     rbuf.fill(0);
-    let (r, rreq) = irecv(q.recv, &[(rbuf.as_mut_ptr(), 1 << 20, 7, rmh)]);
-    ok(r, "irecv");
-    let sreq = loop {
-        let (r, req) = isend(q.send, sbuf.as_mut_ptr(), 1 << 20, 7, smh);
-        ok(r, "isend after the port came back");
-        if !req.is_null() {
-            break req;
-        }
-    };
-    let mut sizes = [0 as c_int; 8];
-    wait(sreq, &mut sizes);
-    wait(rreq, &mut sizes);
-    assert_eq!(sizes[0], 1 << 20);
+    let sizes = transfer(
+        &q,
+        (sbuf.as_mut_ptr(), smh, 1 << 20),
+        (rbuf.as_mut_ptr(), rmh, 1 << 20),
+        7,
+    );
+    assert_eq!(sizes, (1 << 20, 1 << 20));
     assert!(rbuf == sbuf, "1 MiB after the port came back: bytes differ");
     close(&q);
     println!("PORT-UP-OK");
@@ -919,30 +927,19 @@ fn a_child_forked_after_registration_does_not_disturb_the_parents_transfers() {
         let want = pattern(20 + round, len);
         sbuf.copy_from_slice(&want);
         rbuf.fill(0);
-        let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), len, 5, rmh)]);
-        ok(r, "irecv");
-        let sreq = loop {
-            let (r, req) = isend(p.send, sbuf.as_mut_ptr(), len, 5, smh);
-            ok(r, "isend");
-            if !req.is_null() {
-                break req;
-            }
-        };
-        let mut sizes = [0 as c_int; 8];
-        wait(sreq, &mut sizes);
-        wait(rreq, &mut sizes);
+        transfer(
+            &p,
+            (sbuf.as_mut_ptr(), smh, len),
+            (rbuf.as_mut_ptr(), rmh, len),
+            5,
+        );
         assert!(rbuf == want, "round {round}: the received data differs");
     }
     let mut status = 0;
     // SAFETY: waits for our own child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert_eq!(status, 0, "the child exited cleanly");
-    // SAFETY: handles from regMr above.
-    unsafe {
-        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
-        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
-    }
-    close(&p);
+    release(&p, smh, rmh);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1032,25 +1029,14 @@ fn a_client_with_the_wrong_listen_secret_is_refused_while_the_real_peer_connects
     let mut rbuf = vec![0u8; 4096];
     let smh = reg(p.send, &mut sbuf);
     let rmh = reg(p.recv, &mut rbuf);
-    let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), 4096, 1, rmh)]);
-    ok(r, "irecv");
-    let sreq = loop {
-        let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 4096, 1, smh);
-        ok(r, "isend");
-        if !req.is_null() {
-            break req;
-        }
-    };
-    let mut sizes = [0 as c_int; 8];
-    wait(sreq, &mut sizes);
-    wait(rreq, &mut sizes);
+    transfer(
+        &p,
+        (sbuf.as_mut_ptr(), smh, 4096),
+        (rbuf.as_mut_ptr(), rmh, 4096),
+        1,
+    );
     assert!(rbuf == sbuf);
-    // SAFETY: handles from regMr above.
-    unsafe {
-        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
-        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
-    }
-    close(&p);
+    release(&p, smh, rmh);
 }
 
 // ---------------------------------------------------------------------------------------------

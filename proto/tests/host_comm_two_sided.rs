@@ -478,7 +478,7 @@ fn sends_larger_than_their_buffers_are_truncated_to_the_posted_size() {
     for (nqps, split) in [(1, false), (4, true)] {
         let mut w = Wire::new(nqps, split, groups.clone(), 2);
         w.run(&[], None);
-        assert_eq!(w.send.counters().truncated, 6);
+        assert_eq!(w.send.health.counters.truncated, 6);
     }
 }
 

@@ -10,11 +10,9 @@ use super::handles::{ObjectKind, ReqHandle};
 use crate::error::{Error, Result};
 use crate::warn;
 use ferro_ffi::log_flags::NET;
-use ferro_proto::comm::counters::Counters;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
-use ferro_proto::comm::watchdog::Stall;
-use ferro_proto::comm::{CoreError, Done, Failure, FailureKind};
+use ferro_proto::comm::{CommHealth, CoreError, Done, Failure, FailureKind};
 use ferro_verbs::sys::*;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
@@ -139,12 +137,9 @@ pub(super) trait CoreOps {
     /// "send" or "receive", for messages.
     const SIDE: &'static str;
     fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
-    fn failure(&self) -> Option<&Failure>;
-    fn fail(&mut self, f: Failure);
-    fn tick_waiting(&mut self) -> bool;
-    fn counters(&self) -> &Counters;
-    fn counters_mut(&mut self) -> &mut Counters;
-    fn check_stall(&mut self, now: Duration) -> Option<Stall>;
+    fn health(&self) -> &CommHealth;
+    fn health_mut(&mut self) -> &mut CommHealth;
+    fn is_waiting(&self) -> bool;
     fn describe_wait(&self) -> String;
 }
 
@@ -155,23 +150,14 @@ macro_rules! core_ops {
             fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
                 <$t>::take_done(self, req)
             }
-            fn failure(&self) -> Option<&Failure> {
-                <$t>::failure(self)
+            fn health(&self) -> &CommHealth {
+                &self.health
             }
-            fn fail(&mut self, f: Failure) {
-                <$t>::fail(self, f);
+            fn health_mut(&mut self) -> &mut CommHealth {
+                &mut self.health
             }
-            fn tick_waiting(&mut self) -> bool {
-                <$t>::tick_waiting(self)
-            }
-            fn counters(&self) -> &Counters {
-                <$t>::counters(self)
-            }
-            fn counters_mut(&mut self) -> &mut Counters {
-                <$t>::counters_mut(self)
-            }
-            fn check_stall(&mut self, now: Duration) -> Option<Stall> {
-                <$t>::check_stall(self, now)
+            fn is_waiting(&self) -> bool {
+                <$t>::is_waiting(self)
             }
             fn describe_wait(&self) -> String {
                 <$t>::describe_wait(self)
@@ -181,6 +167,12 @@ macro_rules! core_ops {
 }
 core_ops!(SendCore, "send");
 core_ops!(RecvCore, "receive");
+
+/// The time since the plugin first looked at the clock: the watchdog's time base.
+fn now() -> Duration {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
+}
 
 /// Hands a successful completion of a send comm's CQ to its core.
 pub(super) fn sender_completion(core: &mut SendCore, wc: &ibv_wc) {
@@ -201,16 +193,10 @@ pub(super) fn receiver_completion(
 
 /// A retried call's answer: NULL, unless the periodic look found the comm failed.
 pub(super) fn retry_answer<C: CoreOps, T>(core: &C) -> Result<Option<T>> {
-    match core.failure() {
+    match core.health().failure() {
         Some(f) => Err(failure_error(f.clone())),
         None => Ok(None),
     }
-}
-
-/// The time since the plugin first looked at the clock: the watchdog's time base.
-fn now() -> Duration {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed()
 }
 
 impl Comm {
@@ -270,15 +256,16 @@ impl Comm {
     pub(super) fn poll<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
         let mut wcs = [ibv_wc::default(); 16];
         loop {
-            core.counters_mut().polls += 1;
+            core.health_mut().counters.polls += 1;
             let n = match self.ep.cq.poll(&mut wcs) {
                 Ok(0) => {
-                    core.counters_mut().empty_polls += 1;
+                    core.health_mut().counters.empty_polls += 1;
                     0
                 }
                 Ok(n) => n,
                 Err(e) => {
-                    core.fail(Failure::system(format!("{}: {e}", self.describe())));
+                    core.health_mut()
+                        .fail(Failure::system(format!("{}: {e}", self.describe())));
                     return;
                 }
             };
@@ -286,7 +273,7 @@ impl Comm {
                 if wc.status == IBV_WC_SUCCESS {
                     on_wc(core, wc);
                 } else {
-                    core.fail(Failure::remote(format!(
+                    core.health_mut().fail(Failure::remote(format!(
                         "{}: work completion failed: {} (status {}, vendor error {:#x}, opcode {}, QP {})",
                         self.describe(),
                         wc_status_name(wc.status),
@@ -324,31 +311,34 @@ impl Comm {
 
     /// Called on every call that waits (an unfinished `test`, a retried `isend` or `irecv`):
     /// every so many of them, look at the device's asynchronous events, the peer's out-of-band
-    /// connection and the clock (stall watchdog). A dead peer becomes the comm's sticky failure after a last poll, so anything
-    /// that completed before it left still counts.
+    /// connection and the clock (stall watchdog). A dead peer becomes the comm's sticky
+    /// failure after a last poll, so anything that completed before it left still counts.
     pub(super) fn on_wait<C: CoreOps>(&self, core: &mut C, on_wc: impl FnMut(&mut C, &ibv_wc)) {
-        if core.failure().is_some() || !core.tick_waiting() {
+        if core.health().failure().is_some() || !core.health_mut().tick_waiting() {
             return;
         }
         if let Some(why) = self.ep.device_verdict() {
             self.poll(core, on_wc);
-            core.fail(Failure::system(format!(
+            let f = Failure::system(format!(
                 "{}: {why}; {}",
                 self.describe(),
                 core.describe_wait()
-            )));
+            ));
+            core.health_mut().fail(f);
             return;
         }
         if let Some(why) = self.peer_gone() {
             self.poll(core, on_wc);
-            core.fail(Failure::remote(format!(
+            let f = Failure::remote(format!(
                 "{}: peer {why} while requests were outstanding; {}",
                 self.describe(),
                 core.describe_wait()
-            )));
+            ));
+            core.health_mut().fail(f);
             return;
         }
-        if let Some(stall) = core.check_stall(now()) {
+        let waiting = core.is_waiting();
+        if let Some(stall) = core.health_mut().check_stall(now(), waiting) {
             warn!(
                 NET,
                 "{}: {} comm made no progress for {} s: {}; {}",
@@ -356,7 +346,7 @@ impl Comm {
                 C::SIDE,
                 stall.idle.as_secs(),
                 core.describe_wait(),
-                core.counters().summary(C::SIDE == "send")
+                core.health().counters.summary(C::SIDE == "send")
             );
         }
     }
@@ -371,14 +361,14 @@ impl Comm {
         if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
             return Ok(Some(d));
         }
-        if core.failure().is_none() {
+        if core.health().failure().is_none() {
             self.poll(core, on_wc);
         }
         if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
             return Ok(Some(d));
         }
         self.on_wait(core, on_wc);
-        match core.failure() {
+        match core.health().failure() {
             Some(f) => Err(failure_error(f.clone())),
             None => Ok(None),
         }
@@ -387,12 +377,13 @@ impl Comm {
     /// The line logged when the comm closes: what it did, from its counters.
     pub(super) fn close_line(&self) -> String {
         let (what, summary) = match &self.side {
-            Side::Sender { core, .. } => {
-                ("send", core.lock().ok().map(|c| c.counters().summary(true)))
-            }
+            Side::Sender { core, .. } => (
+                "send",
+                core.lock().ok().map(|c| c.health.counters.summary(true)),
+            ),
             Side::Receiver { core, .. } => (
                 "receive",
-                core.lock().ok().map(|c| c.counters().summary(false)),
+                core.lock().ok().map(|c| c.health.counters.summary(false)),
             ),
         };
         let summary = summary.unwrap_or_else(|| "counters unavailable".into());

@@ -224,8 +224,8 @@ impl Handshake {
                     return Ok(Step::Blocked(Stage::WriteReady(setup, out)));
                 }
                 let SenderSetup { ep, mem, split, .. } = setup;
-                let core =
-                    SendCore::new(ep.qps.len(), split).with_stall_threshold(stall_threshold()?);
+                let mut core = SendCore::new(ep.qps.len(), split);
+                core.health.set_stall_threshold(stall_threshold()?);
                 Step::Connected(Box::new(Ready {
                     ep,
                     side: Side::Sender {
@@ -269,8 +269,8 @@ impl Handshake {
                         flush,
                         split,
                     } = setup;
-                    let core =
-                        RecvCore::new(ep.qps.len(), split).with_stall_threshold(stall_threshold()?);
+                    let mut core = RecvCore::new(ep.qps.len(), split);
+                    core.health.set_stall_threshold(stall_threshold()?);
                     Step::Connected(Box::new(Ready {
                         ep,
                         side: Side::Receiver {

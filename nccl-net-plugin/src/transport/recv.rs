@@ -45,7 +45,7 @@ impl Comm {
                 wr_id: post.recv_wr_id(),
                 ..Default::default()
             };
-            core.counters_mut().posts += 1;
+            core.health.counters.posts += 1;
             // SAFETY: a receive with no scatter entries (it only consumes the immediate).
             if let Err(e) = unsafe { self.ep.qps[q].post_recv(&mut wr) } {
                 return Err(self.fail(&mut core, e));
@@ -72,7 +72,7 @@ impl Comm {
             remote_addr: mem.peer_fifo.0 + off as u64,
             rkey: mem.peer_fifo.1,
         };
-        core.counters_mut().posts += 1;
+        core.health.counters.posts += 1;
         // SAFETY: the SGE names this comm's registered CTS staging slot, untouched until the
         // group completes (32 receives later at the earliest).
         if let Err(e) = unsafe { self.ep.qps[0].post_send(&mut wr) } {
@@ -83,7 +83,9 @@ impl Comm {
 
     /// A failed post: the comm's sticky failure, returned as the call's error.
     fn fail(&self, core: &mut RecvCore, e: ferro_verbs::Error) -> Error {
-        let f = core.fail(Failure::system(format!("{}: {e}", self.describe())));
+        let f = core
+            .health
+            .fail(Failure::system(format!("{}: {e}", self.describe())));
         super::comm::failure_error(f.clone())
     }
 
@@ -122,7 +124,7 @@ impl Comm {
             remote_addr: addr,
             rkey: mh.rkey(),
         };
-        core.counters_mut().posts += 1;
+        core.health.counters.posts += 1;
         // SAFETY: the SGE names the comm's own registered 4-byte landing buffer; the remote side
         // is the caller's registered receive buffer (valid until NCCL deregisters it, after the
         // flush completes).

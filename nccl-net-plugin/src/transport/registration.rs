@@ -34,6 +34,21 @@ pub struct MrHandle {
 }
 
 impl MrHandle {
+    fn boxed(
+        mr: Arc<Mr>,
+        key: Option<crate::mrcache::Key>,
+        dev: &'static NetDevice,
+        kind: MemKind,
+    ) -> Box<MrHandle> {
+        Box::new(MrHandle {
+            magic: ObjectKind::MemHandle.magic(),
+            mr,
+            key,
+            dev,
+            kind,
+        })
+    }
+
     pub fn rkey(&self) -> u32 {
         self.mr.rkey()
     }
@@ -53,6 +68,22 @@ fn reg_access() -> u32 {
     } else {
         base
     }
+}
+
+/// The address of a buffer to register (never NULL).
+fn buffer_addr(call: &str, data: u64, size: usize) -> Result<usize> {
+    if data == 0 {
+        return Err(Error::Usage(format!(
+            "{call} of a NULL buffer ({size} bytes)"
+        )));
+    }
+    usize::try_from(data).map_err(|_| Error::Usage(format!("{call}: address out of range")))
+}
+
+fn lock_cache(dev: &NetDevice) -> Result<std::sync::MutexGuard<'_, crate::mrcache::RegCache<Mr>>> {
+    dev.cache
+        .lock()
+        .map_err(|_| Error::Internal("registration cache poisoned".into()))
 }
 
 /// `regMr`: host memory, or CUDA memory through nvidia-peermem. Registrations go through the
@@ -80,31 +111,17 @@ pub fn reg_mr(comm: &Comm, data: u64, size: usize, ptr_type: i32) -> Result<Box<
             )));
         }
     };
-    if data == 0 {
-        return Err(Error::Usage(format!(
-            "regMr of a NULL buffer ({size} bytes)"
-        )));
-    }
-    let addr = usize::try_from(data).map_err(|_| Error::Usage("address out of range".into()))?;
+    let addr = buffer_addr("regMr", data, size)?;
     let pd = comm.ep.pd.clone();
     let access = reg_access();
-    let mut cache = dev
-        .cache
-        .lock()
-        .map_err(|_| Error::Internal("registration cache poisoned".into()))?;
+    let mut cache = lock_cache(dev)?;
     let (mr, key) = cache.acquire(addr, size, |start, len| {
         // SAFETY: NCCL keeps the buffer allocated until deregMr (its documented contract), and the
         // cache holds the registration only while some handle over these pages is alive; the
         // page-rounded range lies in the same mapping as the buffer.
         unsafe { Mr::reg(&pd, start as *mut core::ffi::c_void, len, access) }
     })?;
-    Ok(Box::new(MrHandle {
-        magic: ObjectKind::MemHandle.magic(),
-        mr,
-        key: Some(key),
-        dev,
-        kind,
-    }))
+    Ok(MrHandle::boxed(mr, Some(key), dev, kind))
 }
 
 /// Where a DMA-BUF registration of `data` (at `offset` in the DMA-BUF) starts when it is
@@ -141,29 +158,15 @@ pub fn reg_mr_dmabuf(
             dev.gdr.summary
         )));
     }
-    if data == 0 {
-        return Err(Error::Usage(format!(
-            "regMrDmaBuf of a NULL buffer ({size} bytes)"
-        )));
-    }
-    let addr = usize::try_from(data).map_err(|_| Error::Usage("address out of range".into()))?;
+    let addr = buffer_addr("regMrDmaBuf", data, size)?;
     let pd = comm.ep.pd.clone();
     let access = reg_access();
-    let mut cache = dev
-        .cache
-        .lock()
-        .map_err(|_| Error::Internal("registration cache poisoned".into()))?;
+    let mut cache = lock_cache(dev)?;
     let Some((page_start, fd_page_offset)) = dmabuf_page_cover(addr, offset, cache.page()) else {
         drop(cache);
         // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range; the registration pins it.
         let mr = unsafe { Mr::reg_dmabuf(&pd, offset, size, data, fd, access) }?;
-        return Ok(Box::new(MrHandle {
-            magic: ObjectKind::MemHandle.magic(),
-            mr: Arc::new(mr),
-            key: None,
-            dev,
-            kind: MemKind::DmaBuf,
-        }));
+        return Ok(MrHandle::boxed(Arc::new(mr), None, dev, MemKind::DmaBuf));
     };
     let (mr, key) = cache.acquire(addr, size, |start, len| {
         debug_assert_eq!(start, page_start);
@@ -172,13 +175,7 @@ pub fn reg_mr_dmabuf(
         // registration pins it for as long as the cache holds the entry.
         unsafe { Mr::reg_dmabuf(&pd, fd_page_offset, len, start as u64, fd, access) }
     })?;
-    Ok(Box::new(MrHandle {
-        magic: ObjectKind::MemHandle.magic(),
-        mr,
-        key: Some(key),
-        dev,
-        kind: MemKind::DmaBuf,
-    }))
+    Ok(MrHandle::boxed(mr, Some(key), dev, MemKind::DmaBuf))
 }
 
 /// `deregMr`: drops the handle's reference; the registration goes when the last one does.
@@ -195,14 +192,7 @@ pub unsafe fn dereg_mr(p: *mut core::ffi::c_void) -> Result<()> {
     // SAFETY: allocated by Box::into_raw in the shim; deregMr ends its life exactly once.
     let h = unsafe { Box::from_raw(p.cast::<MrHandle>()) };
     let freed = match h.key {
-        Some(key) => {
-            let mut cache = h
-                .dev
-                .cache
-                .lock()
-                .map_err(|_| Error::Internal("registration cache poisoned".into()))?;
-            cache.release(key)
-        }
+        Some(key) => lock_cache(h.dev)?.release(key),
         None => None,
     };
     // The MR itself is deregistered here, outside the cache lock, when the last Arc goes.

@@ -66,8 +66,8 @@ impl Comm {
             }
             SendStep::Matched { req } => Ok(Some(self.req_ptr(req))),
             SendStep::Post { req, group } => {
-                if let Err(e) = self.post_group(mem, &group, &mut core.counters_mut().posts) {
-                    core.fail(Failure::system(e.to_string()));
+                if let Err(e) = self.post_group(mem, &group, &mut core.health.counters.posts) {
+                    core.health.fail(Failure::system(e.to_string()));
                     return Err(e);
                 }
                 Ok(Some(self.req_ptr(req)))

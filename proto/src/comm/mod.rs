@@ -9,8 +9,8 @@
 //! - the receive side: group sequence numbers, what to post for a receive, how its immediates
 //!   add up to a finished request ([`recv`]);
 //! - the `wr_id` encoding that routes completions ([`wr_id`]);
-//! - the sticky error: once a comm failed, every later call reports the same failure;
-//! - the per-comm [`counters`].
+//! - the sticky error (once a comm failed, every later call reports the same failure), the
+//!   per-comm [`counters`] and the stall [`watchdog`], together in [`CommHealth`].
 //!
 //! Nothing here reads a clock or touches memory the NIC writes: the transport passes in what it
 //! read (FIFO entries, sizes) through small closures or values.
@@ -140,6 +140,66 @@ impl Sticky {
             Some(f) => Err(CoreError::Failed(f.clone())),
             None => Ok(()),
         }
+    }
+}
+
+/// What every comm keeps besides its side's state: the sticky error, the counter of waiting
+/// calls that paces the periodic look, the stall watchdog and the counters.
+#[derive(Debug)]
+pub struct CommHealth {
+    error: Sticky,
+    liveness: LivenessCounter,
+    watchdog: watchdog::Watchdog,
+    pub counters: counters::Counters,
+}
+
+impl Default for CommHealth {
+    fn default() -> Self {
+        CommHealth {
+            error: Sticky::default(),
+            liveness: LivenessCounter::default(),
+            watchdog: watchdog::Watchdog::new(std::time::Duration::ZERO),
+            counters: counters::Counters::default(),
+        }
+    }
+}
+
+impl CommHealth {
+    /// Records a failure; every later call reports the first one.
+    pub fn fail(&mut self, f: Failure) -> &Failure {
+        self.counters.errors += 1;
+        self.error.set(f)
+    }
+
+    pub fn failure(&self) -> Option<&Failure> {
+        self.error.get()
+    }
+
+    /// `Err` with the failure in force, if any.
+    pub fn check(&self) -> Result<(), CoreError> {
+        self.error.check()
+    }
+
+    /// Counts a call that waits (an unfinished `test`, a retried call); `true` when the comm
+    /// should look at the peer, the device and the clock.
+    pub fn tick_waiting(&mut self) -> bool {
+        self.liveness.tick()
+    }
+
+    /// Enables the stall watchdog: a stall is reported after `threshold` without progress.
+    pub fn set_stall_threshold(&mut self, threshold: std::time::Duration) {
+        self.watchdog = watchdog::Watchdog::new(threshold);
+    }
+
+    /// The watchdog's check at time `now` (read by the caller at its periodic look); `waiting`
+    /// says whether the comm has work outstanding. Progress is any new completion or request.
+    pub fn check_stall(
+        &mut self,
+        now: std::time::Duration,
+        waiting: bool,
+    ) -> Option<watchdog::Stall> {
+        let progress = self.counters.completions + self.counters.requests;
+        self.watchdog.check(now, progress, waiting)
     }
 }
 

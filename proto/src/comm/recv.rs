@@ -10,16 +10,13 @@
 //!   transport reads when the core asks for it.
 //! - One clear-to-send write in [`CTS_SIGNAL_EVERY`] is signaled.
 
-use super::counters::Counters;
 use super::requests::RequestTable;
-use super::watchdog::{Stall, Watchdog};
 use super::wr_id::{CTS_SIGNAL_EVERY, WrId};
-use super::{CoreError, Done, Failure, LivenessCounter, Sticky};
+use super::{CommHealth, CoreError, Done};
 use crate::fifo::CtsEntry;
 use crate::plan;
 use crate::{MAX_RECVS, SLOTS};
 use std::ops::Range;
-use std::time::Duration;
 
 /// Receive requests one comm can hold (receives and flushes together).
 pub const RECV_REQS: usize = SLOTS;
@@ -97,10 +94,8 @@ pub struct RecvCore {
     seq: u64,
     /// Receive groups posted and not yet finished.
     posted: usize,
-    error: Sticky,
-    liveness: LivenessCounter,
-    watchdog: Watchdog,
-    counters: Counters,
+    /// The comm's sticky error, counters and stall watchdog.
+    pub health: CommHealth,
 }
 
 impl RecvCore {
@@ -111,19 +106,8 @@ impl RecvCore {
             reqs: RequestTable::new(RECV_REQS),
             seq: 0,
             posted: 0,
-            error: Sticky::default(),
-            liveness: LivenessCounter::default(),
-            watchdog: Watchdog::new(Duration::ZERO),
-            counters: Counters::default(),
+            health: CommHealth::default(),
         }
-    }
-
-    pub fn counters(&self) -> &Counters {
-        &self.counters
-    }
-
-    pub fn counters_mut(&mut self) -> &mut Counters {
-        &mut self.counters
     }
 
     /// Posts a receive group of `bufs.len()` buffers (1 to [`MAX_RECVS`]).
@@ -134,9 +118,9 @@ impl RecvCore {
                 bufs.len()
             )));
         }
-        self.error.check()?;
+        self.health.check()?;
         if self.posted >= SLOTS || self.reqs.is_full() {
-            self.counters.retries += 1;
+            self.health.counters.retries += 1;
             return Ok(RecvStep::Retry);
         }
         let seq = self.seq;
@@ -171,7 +155,7 @@ impl RecvCore {
         }
         self.seq += 1;
         self.posted += 1;
-        self.counters.requests += 1;
+        self.health.counters.requests += 1;
         Ok(RecvStep::Post(PostRecv {
             req,
             seq,
@@ -185,9 +169,9 @@ impl RecvCore {
     /// A flush request. A full table is an error, never a NULL request: NULL from `iflush`
     /// means "nothing to flush", so NCCL would go on before the data is visible.
     pub fn begin_flush(&mut self) -> Result<u32, CoreError> {
-        self.error.check()?;
+        self.health.check()?;
         let req = self.reqs.alloc(RecvReq::Flush { done: false })?;
-        self.counters.requests += 1;
+        self.health.counters.requests += 1;
         Ok(req)
     }
 
@@ -208,7 +192,7 @@ impl RecvCore {
         imm: u32,
         read_sizes: impl FnOnce(u64, usize) -> [u32; MAX_RECVS],
     ) {
-        self.counters.completions += 1;
+        self.health.counters.completions += 1;
         match WrId::decode(wr_id) {
             WrId::Recv { req } => {
                 let Some(RecvReq::Recv {
@@ -237,8 +221,8 @@ impl RecvCore {
                 };
                 *done = Some(Done { sizes, n });
                 self.posted -= 1;
-                self.counters.messages += n as u64;
-                self.counters.bytes += sizes[..n].iter().map(|&s| u64::from(s)).sum::<u64>();
+                self.health.counters.messages += n as u64;
+                self.health.counters.bytes += sizes[..n].iter().map(|&s| u64::from(s)).sum::<u64>();
             }
             WrId::Flush { req } => {
                 if let Some(RecvReq::Flush { done }) = self.reqs.get_mut(req) {
@@ -261,37 +245,8 @@ impl RecvCore {
         Ok(done)
     }
 
-    /// Records a failure; every later call reports it.
-    pub fn fail(&mut self, f: Failure) -> &Failure {
-        self.counters.errors += 1;
-        self.error.set(f)
-    }
-
-    pub fn failure(&self) -> Option<&Failure> {
-        self.error.get()
-    }
-
-    /// Counts a call that waits (an unfinished `test`, a retried call); `true` when the comm
-    /// should look at the peer, the device and the clock.
-    pub fn tick_waiting(&mut self) -> bool {
-        self.liveness.tick()
-    }
-
-    /// Enables the stall watchdog: a stall is reported after `threshold` without progress.
-    pub fn with_stall_threshold(mut self, threshold: Duration) -> Self {
-        self.watchdog = Watchdog::new(threshold);
-        self
-    }
-
-    /// The watchdog's check at time `now` (read by the caller at its periodic look).
-    pub fn check_stall(&mut self, now: Duration) -> Option<Stall> {
-        let progress = self.counters.completions + self.counters.requests;
-        let waiting = self.is_waiting();
-        self.watchdog.check(now, progress, waiting)
-    }
-
     /// Whether the comm waits on its peer: receives or flushes outstanding.
-    fn is_waiting(&self) -> bool {
+    pub fn is_waiting(&self) -> bool {
         self.posted > 0 || self.reqs.in_flight() > 0
     }
 
@@ -393,7 +348,7 @@ mod tests {
         assert_eq!(reads, 1);
         let d = c.take_done(p.req).unwrap().unwrap();
         assert_eq!(&d.sizes[..d.n], &[1, 0, 3]);
-        let n = c.counters();
+        let n = c.health.counters;
         assert_eq!((n.messages, n.bytes, n.completions), (3, 4, 2));
     }
 

@@ -15,15 +15,12 @@
 //! - The in-flight bookkeeping of slot `k % SLOTS` is reused for group `k + SLOTS` only once
 //!   every signaled write of group `k` completed; until then a new group is not opened (retry).
 
-use super::counters::Counters;
 use super::requests::RequestTable;
-use super::watchdog::{Stall, Watchdog};
 use super::wr_id::WrId;
-use super::{CoreError, Done, Failure, LivenessCounter, Sticky};
+use super::{CommHealth, CoreError, Done};
 use crate::fifo::{self, CtsEntry};
 use crate::plan::{self, SendItem};
 use crate::{MAX_RECVS, SLOTS};
-use std::time::Duration;
 
 /// Send requests one comm can hold: NCCL may post `NCCL_NET_MAX_REQUESTS x maxRecvs` isends.
 pub const SEND_REQS: usize = SLOTS * MAX_RECVS;
@@ -122,10 +119,8 @@ pub struct SendCore {
     seq: u64,
     group: Option<OpenGroup>,
     inflight: [InFlight; SLOTS],
-    error: Sticky,
-    liveness: LivenessCounter,
-    watchdog: Watchdog,
-    counters: Counters,
+    /// The comm's sticky error, counters and stall watchdog.
+    pub health: CommHealth,
     /// The comm's first truncation, until the transport has reported it.
     truncation_note: Option<Truncation>,
     /// Why the last `isend` was answered with a retry (`None` once a send was matched again).
@@ -141,10 +136,7 @@ impl SendCore {
             seq: 0,
             group: None,
             inflight: [InFlight::default(); SLOTS],
-            error: Sticky::default(),
-            liveness: LivenessCounter::default(),
-            watchdog: Watchdog::new(Duration::ZERO),
-            counters: Counters::default(),
+            health: CommHealth::default(),
             truncation_note: None,
             last_wait: None,
         }
@@ -166,7 +158,7 @@ impl SendCore {
         lkey: u32,
         mut read_entry: impl FnMut(u64, usize) -> Option<CtsEntry>,
     ) -> Result<SendStep, CoreError> {
-        self.error.check()?;
+        self.health.check()?;
         let mut g = match self.group.take() {
             Some(g) => g,
             None => match self.open_group(&mut read_entry) {
@@ -181,8 +173,8 @@ impl SendCore {
         };
         let capacity = g.entries[i].size;
         let size = if size > capacity {
-            self.counters.truncated += 1;
-            if self.counters.truncated == 1 {
+            self.health.counters.truncated += 1;
+            if self.health.counters.truncated == 1 {
                 self.truncation_note = Some(Truncation {
                     tag,
                     seq: g.seq,
@@ -201,9 +193,9 @@ impl SendCore {
                 return Err(e);
             }
         };
-        self.counters.messages += 1;
-        self.counters.bytes += u64::from(size);
-        self.counters.requests += 1;
+        self.health.counters.messages += 1;
+        self.health.counters.bytes += u64::from(size);
+        self.health.counters.requests += 1;
         self.last_wait = None;
         let e = g.entries[i];
         g.taken[i] = true;
@@ -237,12 +229,12 @@ impl SendCore {
     }
 
     fn retry(&mut self, wait: SendWait) -> SendStep {
-        self.counters.retries += 1;
+        self.health.counters.retries += 1;
         self.last_wait = Some(wait);
         match wait {
-            SendWait::ClearToSend { .. } => self.counters.cts_waits += 1,
-            SendWait::SlotBusy { .. } => self.counters.slot_busy += 1,
-            SendWait::TagAhead { .. } => self.counters.tag_ahead += 1,
+            SendWait::ClearToSend { .. } => self.health.counters.cts_waits += 1,
+            SendWait::SlotBusy { .. } => self.health.counters.slot_busy += 1,
+            SendWait::TagAhead { .. } => self.health.counters.tag_ahead += 1,
         }
         SendStep::Retry(wait)
     }
@@ -250,14 +242,6 @@ impl SendCore {
     /// The comm's first truncated send, once (the transport says it at INFO).
     pub fn take_truncation_note(&mut self) -> Option<Truncation> {
         self.truncation_note.take()
-    }
-
-    pub fn counters(&self) -> &Counters {
-        &self.counters
-    }
-
-    pub fn counters_mut(&mut self) -> &mut Counters {
-        &mut self.counters
     }
 
     fn open_group(
@@ -289,7 +273,7 @@ impl SendCore {
 
     /// A successful completion polled from the comm's CQ.
     pub fn handle_completion(&mut self, wr_id: u64) {
-        self.counters.completions += 1;
+        self.health.counters.completions += 1;
         if let WrId::Send { seq } = WrId::decode(wr_id) {
             let f = &mut self.inflight[slot(seq)];
             if f.seq != seq || f.remaining == 0 {
@@ -316,37 +300,8 @@ impl SendCore {
         Ok(Some(Done::one(s.size)))
     }
 
-    /// Records a failure; every later call reports it.
-    pub fn fail(&mut self, f: Failure) -> &Failure {
-        self.counters.errors += 1;
-        self.error.set(f)
-    }
-
-    pub fn failure(&self) -> Option<&Failure> {
-        self.error.get()
-    }
-
-    /// Counts a call that waits (an unfinished `test`, a retried call); `true` when the comm
-    /// should look at the peer, the device and the clock.
-    pub fn tick_waiting(&mut self) -> bool {
-        self.liveness.tick()
-    }
-
-    /// Enables the stall watchdog: a stall is reported after `threshold` without progress.
-    pub fn with_stall_threshold(mut self, threshold: Duration) -> Self {
-        self.watchdog = Watchdog::new(threshold);
-        self
-    }
-
-    /// The watchdog's check at time `now` (read by the caller at its periodic look).
-    pub fn check_stall(&mut self, now: Duration) -> Option<Stall> {
-        let progress = self.counters.completions + self.counters.requests;
-        let waiting = self.is_waiting();
-        self.watchdog.check(now, progress, waiting)
-    }
-
     /// Whether the comm waits on its peer: sends in flight, or the last `isend` was retried.
-    fn is_waiting(&self) -> bool {
+    pub fn is_waiting(&self) -> bool {
         self.reqs.in_flight() > 0 || self.last_wait.is_some()
     }
 
@@ -383,6 +338,8 @@ fn slot(seq: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::Failure;
+    use std::time::Duration;
 
     /// A FIFO the test fills by hand: `groups[k]` are the buffers of receive group `k`.
     struct Fifo {
@@ -487,7 +444,7 @@ mod tests {
             panic!("second group posts")
         };
         assert_eq!(c.take_truncation_note(), None, "said once per comm");
-        assert_eq!(c.counters().truncated, 2);
+        assert_eq!(c.health.counters.truncated, 2);
         c.handle_completion(WrId::Send { seq: group.seq }.encode());
         assert_eq!(
             c.take_done(req),
@@ -504,7 +461,7 @@ mod tests {
         let mut c = SendCore::new(1, false);
         send(&mut c, &fifo, 1, 8);
         send(&mut c, &fifo, 1, 8);
-        let n = c.counters();
+        let n = c.health.counters;
         assert_eq!((n.retries, n.cts_waits, n.tag_ahead), (1, 1, 0));
         let fifo = Fifo {
             groups: vec![vec![(1, 8), (2, 8)]],
@@ -512,7 +469,7 @@ mod tests {
         let mut c = SendCore::new(1, false);
         send(&mut c, &fifo, 1, 8);
         send(&mut c, &fifo, 1, 8);
-        let n = c.counters();
+        let n = c.health.counters;
         assert_eq!((n.retries, n.tag_ahead, n.messages, n.bytes), (1, 1, 1, 8));
     }
 
@@ -590,11 +547,17 @@ mod tests {
     #[test]
     fn a_comm_waiting_for_the_clear_to_send_reports_a_stall_that_says_so() {
         let fifo = Fifo { groups: vec![] };
-        let mut c = SendCore::new(1, false).with_stall_threshold(Duration::from_secs(60));
+        let mut c = SendCore::new(1, false);
+        c.health.set_stall_threshold(Duration::from_secs(60));
         send(&mut c, &fifo, 0, 8);
-        assert_eq!(c.check_stall(Duration::from_secs(1)), None);
+        let waiting = c.is_waiting();
+        assert_eq!(c.health.check_stall(Duration::from_secs(1), waiting), None);
         send(&mut c, &fifo, 0, 8);
-        let stall = c.check_stall(Duration::from_secs(61)).expect("stalled");
+        let waiting = c.is_waiting();
+        let stall = c
+            .health
+            .check_stall(Duration::from_secs(61), waiting)
+            .expect("stalled");
         assert_eq!(stall.idle, Duration::from_secs(60));
         assert_eq!(
             c.describe_wait(),
@@ -628,7 +591,7 @@ mod tests {
             groups: vec![vec![(0, 8)]],
         };
         let mut c = SendCore::new(1, false);
-        c.fail(Failure::remote("peer gone"));
+        c.health.fail(Failure::remote("peer gone"));
         assert!(matches!(
             c.isend(0, 8, 0, 1, |s, i| fifo.read(s, i)),
             Err(CoreError::Failed(_))
