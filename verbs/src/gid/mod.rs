@@ -15,7 +15,10 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::sysfs::{AddrFamily, GidEntry, GidType, LinkLayer};
+pub mod types;
+
+use crate::sysfs::LinkLayer;
+pub use types::{AddrFamily, GidEntry, GidType};
 
 /// What the caller wants (`NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`,
 /// `NCCL_IB_ROCE_VERSION_NUM`).

@@ -1,0 +1,196 @@
+//! GID types: the address family of a GID, its RoCE type, one GID table entry, and the text
+//! forms sysfs uses.
+
+use crate::sysfs::LinkLayer;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+/// Address family of a GID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AddrFamily {
+    /// IPv4 (IPv4-mapped GID, `::ffff:a.b.c.d`), `AF_INET`.
+    #[default]
+    V4,
+    /// IPv6, `AF_INET6`.
+    V6,
+}
+
+impl AddrFamily {
+    /// `IPv4` / `IPv6`.
+    pub fn ip_name(self) -> &'static str {
+        match self {
+            Self::V4 => "IPv4",
+            Self::V6 => "IPv6",
+        }
+    }
+}
+
+impl fmt::Display for AddrFamily {
+    /// `AF_INET` / `AF_INET6` (the spelling of `NCCL_IB_ADDR_FAMILY`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::V4 => "AF_INET",
+            Self::V6 => "AF_INET6",
+        })
+    }
+}
+
+impl FromStr for AddrFamily {
+    type Err = String;
+
+    /// Accepts `AF_INET` / `AF_INET6` (as `NCCL_IB_ADDR_FAMILY`), also `ipv4`/`ipv6`/`4`/`6`,
+    /// case-insensitively.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "af_inet" | "inet" | "ipv4" | "v4" | "4" => Ok(Self::V4),
+            "af_inet6" | "inet6" | "ipv6" | "v6" | "6" => Ok(Self::V6),
+            other => Err(format!(
+                "unknown address family '{other}' (expected AF_INET or AF_INET6)"
+            )),
+        }
+    }
+}
+
+/// GID type from `gid_attrs/types/<i>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GidType {
+    /// InfiniBand GID (`IB/RoCE v1` on an InfiniBand port).
+    Ib,
+    /// RoCE v1 (`IB/RoCE v1` on an Ethernet port).
+    RoceV1,
+    /// RoCE v2 (`RoCE v2`).
+    RoceV2,
+    /// Unreadable (empty slot) or unrecognised.
+    Unknown,
+}
+
+impl GidType {
+    /// Interprets sysfs text; `IB/RoCE v1` depends on the port's link layer.
+    pub fn parse(text: &str, link_layer: &LinkLayer) -> Self {
+        match text.trim() {
+            "RoCE v2" => Self::RoceV2,
+            "IB/RoCE v1" => {
+                if link_layer.is_ethernet() {
+                    Self::RoceV1
+                } else {
+                    Self::Ib
+                }
+            }
+            "IB" => Self::Ib,
+            "RoCE v1" | "RoCE" => Self::RoceV1,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// RoCE version number (1 or 2), `None` for IB/unknown.
+    pub fn roce_version(self) -> Option<u8> {
+        match self {
+            Self::RoceV1 => Some(1),
+            Self::RoceV2 => Some(2),
+            Self::Ib | Self::Unknown => None,
+        }
+    }
+}
+
+impl fmt::Display for GidType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Ib => "IB",
+            Self::RoceV1 => "RoCE v1",
+            Self::RoceV2 => "RoCE v2",
+            Self::Unknown => "unknown type",
+        })
+    }
+}
+
+/// One slot of a port's GID table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GidEntry {
+    /// Table index (the `sgid_index` used in address vectors).
+    pub index: u32,
+    /// The GID bytes, network order.
+    pub gid: [u8; 16],
+    /// Type from `gid_attrs/types/<i>`.
+    pub gid_type: GidType,
+    /// Netdev from `gid_attrs/ndevs/<i>`.
+    pub netdev: Option<String>,
+}
+
+impl GidEntry {
+    /// Builds an entry.
+    pub fn new(index: u32, gid: [u8; 16], gid_type: GidType, netdev: Option<String>) -> Self {
+        Self {
+            index,
+            gid,
+            gid_type,
+            netdev,
+        }
+    }
+
+    /// The GID as an IPv6 address.
+    pub fn ipv6(&self) -> Ipv6Addr {
+        Ipv6Addr::from(self.gid)
+    }
+
+    /// All bytes zero (empty slot).
+    pub fn is_zero(&self) -> bool {
+        self.gid.iter().all(|&b| b == 0)
+    }
+
+    /// In `fe80::/10`.
+    pub fn is_link_local(&self) -> bool {
+        self.gid[0] == 0xfe && (self.gid[1] & 0xc0) == 0x80
+    }
+
+    /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`).
+    pub fn ipv4(&self) -> Option<Ipv4Addr> {
+        self.ipv6().to_ipv4_mapped()
+    }
+
+    /// `V4` for IPv4-mapped GIDs, `V6` otherwise, `None` for the zero GID.
+    pub fn family(&self) -> Option<AddrFamily> {
+        if self.is_zero() {
+            None
+        } else if self.ipv4().is_some() {
+            Some(AddrFamily::V4)
+        } else {
+            Some(AddrFamily::V6)
+        }
+    }
+
+    /// The address: `IpAddr::V4` for IPv4-mapped GIDs, `IpAddr::V6` otherwise.
+    pub fn ip(&self) -> IpAddr {
+        match self.ipv4() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(self.ipv6()),
+        }
+    }
+
+    /// The 8-group form printed by sysfs and `show_gids`:
+    /// `0000:0000:0000:0000:0000:ffff:7f00:0001`.
+    pub fn raw_text(&self) -> String {
+        format_gid_raw(&self.gid)
+    }
+}
+
+impl fmt::Display for GidEntry {
+    /// Compact IPv6 text (`::ffff:127.0.0.1`, `fe80::1`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.ipv6(), f)
+    }
+}
+
+/// Parses a GID as sysfs prints it (8 groups of 4 hex digits); compact IPv6 text is accepted too.
+pub fn parse_gid(text: &str) -> Option<[u8; 16]> {
+    text.trim().parse::<Ipv6Addr>().ok().map(|a| a.octets())
+}
+
+/// Formats GID bytes as 8 colon-separated groups of 4 lowercase hex digits.
+pub fn format_gid_raw(gid: &[u8; 16]) -> String {
+    let groups: Vec<String> = gid
+        .chunks_exact(2)
+        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
+        .collect();
+    groups.join(":")
+}
