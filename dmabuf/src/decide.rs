@@ -16,7 +16,7 @@
 //! any GPU supports it: NCCL checks the GPU side again per communicator
 //! (`ncclDmaBufSupport(cudaDev)`), so advertising it never forces it on a GPU that lacks it.
 
-use crate::cuda::{CudaState, DMABUF_MIN_DRIVER};
+use crate::cuda::{CudaState, DMABUF_MIN_DRIVER, GpuInfo};
 use crate::host::{DMABUF_MIN_KERNEL, Kernel, Peermem, detect_peermem, read_kernel};
 use crate::overrides::Overrides;
 use crate::provider::ProviderProbe;
@@ -159,121 +159,152 @@ fn push_unique(list: &mut Vec<String>, r: &str) {
     }
 }
 
-/// Decides for the device called `device` (used only in the summary).
-pub fn decide(device: &str, i: &Inputs) -> GdrDecision {
-    let mut gdr_override = Vec::new();
-    if i.overrides.gdr_disable {
-        gdr_override.push("disabled by FERRO_GDR_DISABLE=1".to_string());
-    }
-    let mut dmabuf_override = Vec::new();
-    if !i.overrides.dmabuf_enable {
-        dmabuf_override.push("disabled by NCCL_DMABUF_ENABLE=0".to_string());
-    }
-    let shared: Vec<String> = cuda_shared_reason(&i.cuda).into_iter().collect();
+/// One path's own findings: why it cannot be used (empty: it can) and, when it can, what to
+/// say about it.
+#[derive(Debug, Default)]
+struct PathFacts {
+    reasons: Vec<String>,
+    detail: String,
+}
 
-    // --- DMA-BUF: reasons of its own, and the detail when usable.
-    let mut dmabuf_own = Vec::new();
+/// The GPUs with a capability, and the reason to give when none has it.
+fn gpus_with(
+    devices: &[GpuInfo],
+    has: impl Fn(&GpuInfo) -> bool,
+    what: &str,
+) -> (Vec<i32>, Option<String>) {
+    let with: Vec<i32> = devices.iter().filter(|g| has(g)).map(|g| g.index).collect();
+    let none = with.is_empty().then(|| {
+        if devices.len() == 1 {
+            format!("GPU 0 does not support {what}")
+        } else {
+            format!("no GPU supports {what}")
+        }
+    });
+    (with, none)
+}
+
+/// ", GPU a, b only" when only some GPUs have the capability.
+fn only_some(with: &[i32], devices: &[GpuInfo]) -> String {
+    if !with.is_empty() && with.len() < devices.len() {
+        format!(", GPU {} only", gpu_list(with))
+    } else {
+        String::new()
+    }
+}
+
+/// The DMA-BUF path: kernel, libibverbs, the provider's answer, the CUDA driver and GPUs.
+fn dmabuf_path(i: &Inputs) -> PathFacts {
+    let mut f = PathFacts::default();
     if let Some(v) = i.kernel.version().filter(|v| *v < DMABUF_MIN_KERNEL) {
-        dmabuf_own.push(format!("kernel {v} < {DMABUF_MIN_KERNEL}"));
+        f.reasons.push(format!("kernel {v} < {DMABUF_MIN_KERNEL}"));
     }
     if !i.verbs_has_reg_dmabuf_mr {
-        dmabuf_own.push("libibverbs lacks ibv_reg_dmabuf_mr (rdma-core < 34)".to_string());
+        f.reasons
+            .push("libibverbs lacks ibv_reg_dmabuf_mr (rdma-core < 34)".to_string());
     }
     match &i.provider {
         ProviderProbe::Supported => {}
         // Without the symbol the probe cannot run; the line above already says so.
         ProviderProbe::NotProbed(_) if !i.verbs_has_reg_dmabuf_mr => {}
-        other => dmabuf_own.push(other.to_string()),
+        other => f.reasons.push(other.to_string()),
     }
-    let mut dmabuf_detail = String::new();
     if let CudaState::Present {
         driver_version,
         devices,
     } = &i.cuda
     {
-        let with: Vec<i32> = devices
-            .iter()
-            .filter(|g| g.dma_buf)
-            .map(|g| g.index)
-            .collect();
+        let (with, none) = gpus_with(devices, |g| g.dma_buf, "dma-buf");
         if *driver_version < DMABUF_MIN_DRIVER {
-            dmabuf_own.push(format!(
+            f.reasons.push(format!(
                 "CUDA driver {driver_version} < {DMABUF_MIN_DRIVER} (no dma-buf export)"
             ));
-        } else if with.is_empty() {
-            dmabuf_own.push(if devices.len() == 1 {
-                "GPU 0 does not support dma-buf".to_string()
-            } else {
-                "no GPU supports dma-buf".to_string()
-            });
+        } else if let Some(r) = none {
+            f.reasons.push(r);
         }
-        dmabuf_detail = format!("{}, driver {driver_version}", kernel_text(&i.kernel));
-        if !with.is_empty() && with.len() < devices.len() {
-            dmabuf_detail.push_str(&format!(", GPU {} only", gpu_list(&with)));
-        }
+        f.detail = format!(
+            "{}, driver {driver_version}{}",
+            kernel_text(&i.kernel),
+            only_some(&with, devices)
+        );
     }
-    let dmabuf_reasons: Vec<String> = gdr_override
-        .iter()
-        .chain(&dmabuf_override)
-        .chain(&dmabuf_own)
-        .chain(&shared)
-        .cloned()
-        .collect();
-    let dmabuf = if dmabuf_reasons.is_empty() {
-        PathState::Usable(dmabuf_detail)
-    } else {
-        PathState::Unavailable(dmabuf_reasons)
-    };
+    f
+}
 
-    // --- nvidia-peermem.
-    let mut peermem_own = Vec::new();
+/// The nvidia-peermem path: the module, the CUDA driver and GPUs.
+fn peermem_path(i: &Inputs) -> PathFacts {
+    let mut f = PathFacts::default();
     if !i.peermem.is_loaded() {
-        peermem_own.push("nvidia-peermem not loaded".to_string());
+        f.reasons.push("nvidia-peermem not loaded".to_string());
     }
-    let mut peermem_detail = String::new();
     if let CudaState::Present {
         driver_version,
         devices,
     } = &i.cuda
     {
-        let with: Vec<i32> = devices
-            .iter()
-            .filter(|g| g.gdr != Some(false))
-            .map(|g| g.index)
-            .collect();
-        if with.is_empty() {
-            peermem_own.push(if devices.len() == 1 {
-                "GPU 0 does not support GPUDirect RDMA".to_string()
-            } else {
-                "no GPU supports GPUDirect RDMA".to_string()
-            });
-        }
+        let (with, none) = gpus_with(devices, |g| g.gdr != Some(false), "GPUDirect RDMA");
+        f.reasons.extend(none);
         if let Peermem::Loaded { version, .. } = &i.peermem {
-            peermem_detail = i
-                .peermem
-                .module_name()
-                .unwrap_or("nvidia-peermem")
-                .to_string();
-            if let Some(v) = version {
-                peermem_detail.push_str(&format!(" {v}"));
-            }
-            peermem_detail.push_str(&format!(", driver {driver_version}"));
-            if !with.is_empty() && with.len() < devices.len() {
-                peermem_detail.push_str(&format!(", GPU {} only", gpu_list(&with)));
-            }
+            let module = i.peermem.module_name().unwrap_or("nvidia-peermem");
+            let version = version
+                .as_ref()
+                .map(|v| format!(" {v}"))
+                .unwrap_or_default();
+            f.detail = format!(
+                "{module}{version}, driver {driver_version}{}",
+                only_some(&with, devices)
+            );
         }
     }
-    let peermem_reasons: Vec<String> = gdr_override
-        .iter()
-        .chain(&peermem_own)
-        .chain(&shared)
-        .cloned()
-        .collect();
-    let peermem = if peermem_reasons.is_empty() {
-        PathState::Usable(peermem_detail)
+    f
+}
+
+/// A path's state: usable with its detail, or every reason it is not (overrides first).
+fn path_state(reasons: Vec<String>, detail: String) -> PathState {
+    if reasons.is_empty() {
+        PathState::Usable(detail)
     } else {
-        PathState::Unavailable(peermem_reasons)
-    };
+        PathState::Unavailable(reasons)
+    }
+}
+
+/// Decides for the device called `device` (used only in the summary).
+pub fn decide(device: &str, i: &Inputs) -> GdrDecision {
+    let gdr_override: Vec<String> = i
+        .overrides
+        .gdr_disable
+        .then(|| "disabled by FERRO_GDR_DISABLE=1".to_string())
+        .into_iter()
+        .collect();
+    let dmabuf_override: Vec<String> = (!i.overrides.dmabuf_enable)
+        .then(|| "disabled by NCCL_DMABUF_ENABLE=0".to_string())
+        .into_iter()
+        .collect();
+    let shared: Vec<String> = cuda_shared_reason(&i.cuda).into_iter().collect();
+    let dmabuf_facts = dmabuf_path(i);
+    let peermem_facts = peermem_path(i);
+
+    let dmabuf = path_state(
+        [
+            &gdr_override,
+            &dmabuf_override,
+            &dmabuf_facts.reasons,
+            &shared,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect(),
+        dmabuf_facts.detail,
+    );
+    let peermem = path_state(
+        [&gdr_override, &peermem_facts.reasons, &shared]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect(),
+        peermem_facts.detail,
+    );
 
     // --- ptrSupport and the sentence.
     let mut bits = NCCL_PTR_HOST;
@@ -298,12 +329,15 @@ pub fn decide(device: &str, i: &Inputs) -> GdrDecision {
         ),
         (PathState::Unavailable(_), PathState::Unavailable(_)) => {
             let mut all = Vec::new();
-            for r in gdr_override
-                .iter()
-                .chain(&dmabuf_override)
-                .chain(&dmabuf_own)
-                .chain(&peermem_own)
-                .chain(&shared)
+            for r in [
+                &gdr_override,
+                &dmabuf_override,
+                &dmabuf_facts.reasons,
+                &peermem_facts.reasons,
+                &shared,
+            ]
+            .into_iter()
+            .flatten()
             {
                 push_unique(&mut all, r);
             }
@@ -324,7 +358,7 @@ pub fn decide(device: &str, i: &Inputs) -> GdrDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::GpuInfo;
+
     use crate::host::{KernelVersion, PEERMEM_MARKERS};
     use std::collections::HashMap;
     use std::path::PathBuf;

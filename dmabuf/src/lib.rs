@@ -1,7 +1,7 @@
 //! What GPU-memory registration an RDMA device supports, as a typed decision with reasons.
 //!
-//! NCCL registers GPU memory with a net plugin in one of two ways (see `docs/nccl-abi.md`,
-//! "Registration calls"): `regMrDmaBuf` with a DMA-BUF fd (the plugin advertises
+//! NCCL registers GPU memory with a net plugin in one of two ways (the net plugin ABI's
+//! registration calls): `regMrDmaBuf` with a DMA-BUF fd (the plugin advertises
 //! `NCCL_PTR_DMABUF`), or `regMr` on a raw CUDA pointer, which only works when the
 //! nvidia-peermem kernel module lets the RDMA stack pin GPU pages (`NCCL_PTR_CUDA`). Advertising
 //! either when it does not work makes NCCL fail at registration time; advertising neither makes
