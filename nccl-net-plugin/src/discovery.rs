@@ -3,12 +3,90 @@
 
 use crate::config::Config;
 use ferro_dmabuf::{CudaState, GdrDecision, Inputs, decide};
-use ferro_verbs::gid::{GidChoice, select_gid};
-use ferro_verbs::sys::{IBV_PORT_ACTIVE, ibv_port_attr, mtu_bytes};
+use ferro_verbs::gid::{GidChoice, GidError, select_gid};
+use ferro_verbs::sys::{ibv_port_attr, mtu_bytes};
 use ferro_verbs::sysfs::{self, LinkLayer, PortState, SysDevice, SysPort};
 use ferro_verbs::{Context, LoadError, Pd};
+use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
+
+/// Whether the plugin exposes a port to NCCL and, if not, why. Decided once, by
+/// [`port_verdict`], for `init` and the doctor alike; both only render it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortVerdict {
+    Usable,
+    /// `NCCL_IB_HCA` leaves the port out (its value).
+    ExcludedByHca {
+        filter: String,
+    },
+    NotActive {
+        state: PortState,
+    },
+    UnknownLinkLayer {
+        link_layer: LinkLayer,
+    },
+    /// A RoCE port without a GID the plugin can use (the GID selection's reason).
+    NoUsableGid {
+        error: GidError,
+    },
+}
+
+impl PortVerdict {
+    pub fn is_usable(&self) -> bool {
+        matches!(self, PortVerdict::Usable)
+    }
+
+    /// A setting that does not work (a GID the user asked for, or none usable), as opposed to
+    /// a port that is simply down or filtered out: worth a WARN.
+    pub fn is_configuration_error(&self) -> bool {
+        matches!(self, PortVerdict::NoUsableGid { .. })
+    }
+}
+
+impl fmt::Display for PortVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortVerdict::Usable => f.write_str("usable"),
+            PortVerdict::ExcludedByHca { filter } => write!(f, "excluded by NCCL_IB_HCA={filter}"),
+            PortVerdict::NotActive { state } => write!(f, "port state is {state:?}, not ACTIVE"),
+            PortVerdict::UnknownLinkLayer { link_layer } => {
+                write!(f, "unknown link layer {link_layer:?}")
+            }
+            PortVerdict::NoUsableGid { error } => match error {
+                GidError::NoUsableGid(_) => write!(f, "{error}"),
+                _ => write!(f, "no usable GID: {error}"),
+            },
+        }
+    }
+}
+
+/// The one rule for which ports become NCCL devices: not excluded by `NCCL_IB_HCA`, ACTIVE,
+/// a known link layer, and on RoCE a usable GID.
+pub fn port_verdict(
+    cfg: &Config,
+    dev: &str,
+    num: u8,
+    state: PortState,
+    link_layer: &LinkLayer,
+    gid: &Result<GidChoice, GidError>,
+) -> PortVerdict {
+    if let Some(f) = cfg.hca.as_ref().filter(|f| !f.allows(dev, num)) {
+        PortVerdict::ExcludedByHca {
+            filter: f.raw.clone(),
+        }
+    } else if !state.is_active() {
+        PortVerdict::NotActive { state }
+    } else if matches!(link_layer, LinkLayer::Unknown(_)) {
+        PortVerdict::UnknownLinkLayer {
+            link_layer: link_layer.clone(),
+        }
+    } else if let (true, Err(e)) = (link_layer.is_ethernet(), gid) {
+        PortVerdict::NoUsableGid { error: e.clone() }
+    } else {
+        PortVerdict::Usable
+    }
+}
 
 /// One port.
 #[derive(Debug)]
@@ -26,9 +104,9 @@ pub struct PortReport {
     /// The sysfs view (GID table, netdev), when readable.
     pub sys: Option<SysPort>,
     /// The GID index the plugin would use, or why none (RoCE only; IB uses the LID).
-    pub gid: Result<GidChoice, String>,
-    /// `Ok` when the plugin exposes this port to NCCL; otherwise why not.
-    pub usable: Result<(), String>,
+    pub gid: Result<GidChoice, GidError>,
+    /// Whether the plugin exposes this port to NCCL, and why not.
+    pub verdict: PortVerdict,
 }
 
 /// One device.
@@ -92,19 +170,8 @@ fn port_report(
     let speed_mbps = sysfs::ib_speed_mbps(attr.active_speed, attr.active_width)
         .or_else(|| sys.and_then(|s| s.rate.as_ref()).map(|r| r.mbps()));
     let table = sys.map(|s| s.gids.as_slice()).unwrap_or(&[]);
-    let gid = select_gid(&link_layer, table, &cfg.gid_policy_for(dev, num))
-        .map_err(|e| format!("{dev} port {num}: {e}"));
-    let usable = if let Some(f) = cfg.hca.as_ref().filter(|f| !f.allows(dev, num)) {
-        Err(format!("excluded by NCCL_IB_HCA={}", f.raw))
-    } else if attr.state != IBV_PORT_ACTIVE {
-        Err(format!("port state is {state:?}, not ACTIVE"))
-    } else if matches!(link_layer, LinkLayer::Unknown(_)) {
-        Err(format!("unknown link layer {link_layer:?}"))
-    } else if let (true, Err(e)) = (link_layer.is_ethernet(), &gid) {
-        Err(format!("no usable GID: {e}"))
-    } else {
-        Ok(())
-    };
+    let gid = select_gid(&link_layer, table, &cfg.gid_policy_for(dev, num));
+    let verdict = port_verdict(cfg, dev, num, state, &link_layer, &gid);
     PortReport {
         num,
         state,
@@ -115,7 +182,7 @@ fn port_report(
         lid: attr.lid,
         sys: sys.cloned(),
         gid,
-        usable,
+        verdict,
     }
 }
 
@@ -213,5 +280,67 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
         lib,
         devices,
         errors,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HcaFilter;
+
+    fn verdict(cfg: &Config, state: PortState, ll: LinkLayer, gid_ok: bool) -> PortVerdict {
+        let gid = if gid_ok {
+            Ok(GidChoice {
+                index: 1,
+                gid: ferro_verbs::gid::GidEntry::new(
+                    1,
+                    [1; 16],
+                    ferro_verbs::gid::GidType::RoceV2,
+                    None,
+                ),
+                reason: "test".into(),
+            })
+        } else {
+            Err(GidError::NoUsableGid("only link-local GIDs".into()))
+        };
+        port_verdict(cfg, "rxe0", 1, state, &ll, &gid)
+    }
+
+    #[test]
+    fn the_port_rule_checks_the_hca_filter_then_state_then_link_layer_then_gid() {
+        let mut cfg = Config::default();
+        assert_eq!(
+            verdict(&cfg, PortState::Active, LinkLayer::Ethernet, true),
+            PortVerdict::Usable
+        );
+        assert_eq!(
+            verdict(&cfg, PortState::Active, LinkLayer::InfiniBand, false),
+            PortVerdict::Usable,
+            "InfiniBand needs no GID"
+        );
+        assert_eq!(
+            verdict(&cfg, PortState::Down, LinkLayer::Ethernet, false),
+            PortVerdict::NotActive {
+                state: PortState::Down
+            }
+        );
+        assert!(matches!(
+            verdict(
+                &cfg,
+                PortState::Active,
+                LinkLayer::Unknown("x".into()),
+                false
+            ),
+            PortVerdict::UnknownLinkLayer { .. }
+        ));
+        let no_gid = verdict(&cfg, PortState::Active, LinkLayer::Ethernet, false);
+        assert!(no_gid.is_configuration_error());
+        assert_eq!(no_gid.to_string(), "no usable GID: only link-local GIDs");
+        cfg.hca = Some(HcaFilter::parse("^rxe0").unwrap());
+        assert_eq!(
+            verdict(&cfg, PortState::Down, LinkLayer::Ethernet, false).to_string(),
+            "excluded by NCCL_IB_HCA=^rxe0",
+            "the filter is said first, whatever else is wrong"
+        );
     }
 }

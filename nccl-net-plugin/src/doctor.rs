@@ -50,8 +50,8 @@
 //! - `verdict`: `{ok, usable_ports, lines: [string], summary, exit_code}`.
 
 use crate::config::Config;
-use crate::discovery::{DeviceReport, PortReport, discover};
-use ferro_verbs::gid::{GidChoice, select_gid};
+use crate::discovery::{self, DeviceReport, PortReport, PortVerdict as PortDecision, discover};
+use ferro_verbs::gid::{GidChoice, GidError, select_gid};
 use ferro_verbs::loader::{Capabilities, DEFAULT_LIB, LIB_ENV, LoadError};
 use ferro_verbs::sysfs::{
     self, AddrFamily, GidEntry, GidType, IommuMode, LinkLayer, PortState, SysDevice, SysPort,
@@ -1291,31 +1291,14 @@ fn device_from_report(d: &DeviceReport) -> Device {
             .gdr
             .as_ref()
             .map(|g| g.ptr_support_bits | ferro_ffi::NCCL_PTR_HOST),
-        ports: d
-            .ports
-            .iter()
-            .map(|p| port_from_report(&d.name, p))
-            .collect(),
+        ports: d.ports.iter().map(port_from_report).collect(),
     }
 }
 
-fn port_from_report(dev: &str, p: &PortReport) -> Port {
-    let prefix = format!("{dev} port {}: ", p.num);
-    let gid = p
-        .gid
-        .clone()
-        .map_err(|e| e.strip_prefix(&prefix).map(str::to_string).unwrap_or(e));
+fn port_from_report(p: &PortReport) -> Port {
+    let gid = p.gid.clone().map_err(|e| e.to_string());
     let netdev = p.sys.as_ref().and_then(|s| s.netdev.clone());
-    let usable = match &p.usable {
-        Ok(()) => Ok(()),
-        Err(orig) => Err(explain_unusable(
-            p.state,
-            &p.link_layer,
-            &gid,
-            netdev.as_deref(),
-            orig,
-        )),
-    };
+    let usable = explain(&p.verdict, &p.link_layer, netdev.as_deref());
     Port {
         num: p.num,
         state: p.state,
@@ -1331,50 +1314,46 @@ fn port_from_report(dev: &str, p: &PortReport) -> Port {
     }
 }
 
-/// Rewords the plugin's reason for not using a port into what the user should look at.
-pub fn explain_unusable(
-    state: PortState,
+/// Renders the plugin's verdict on a port (see `discovery::port_verdict`) in terms of what the
+/// user should look at: `Ok` when the port is usable.
+pub fn explain(
+    verdict: &PortDecision,
     link_layer: &LinkLayer,
-    gid: &Result<GidChoice, String>,
     netdev: Option<&str>,
-    original: &str,
-) -> String {
-    if !state.is_active() {
-        let hint = match (state, link_layer) {
-            (PortState::Down, LinkLayer::Ethernet) => match netdev {
-                Some(n) => {
-                    format!(": no link (check the cable and switch port, and `ip link set {n} up`)")
-                }
-                None => ": no link (check the cable and switch port)".to_string(),
-            },
-            (PortState::Down, _) => {
-                ": no physical link (check the cable and switch port)".to_string()
+) -> Result<(), String> {
+    let state = match verdict {
+        PortDecision::Usable => return Ok(()),
+        PortDecision::NotActive { state } => *state,
+        PortDecision::NoUsableGid {
+            error: e @ GidError::NoUsableGid(_),
+        } => {
+            let fix = match netdev {
+                Some(n) => format!(
+                    "give {n} an IP address, or set NCCL_IB_GID_INDEX to a non-zero, routable entry"
+                ),
+                None => "set NCCL_IB_GID_INDEX to a non-zero, routable entry".to_string(),
+            };
+            return Err(format!("{e}; {fix}"));
+        }
+        PortDecision::NoUsableGid { error } => return Err(error.to_string()),
+        other => return Err(other.to_string()),
+    };
+    let hint = match (state, link_layer) {
+        (PortState::Down, LinkLayer::Ethernet) => match netdev {
+            Some(n) => {
+                format!(": no link (check the cable and switch port, and `ip link set {n} up`)")
             }
-            (PortState::Init, LinkLayer::InfiniBand) => {
-                ": no subnet manager has activated the port (run opensm or enable the switch's SM)"
-                    .to_string()
-            }
-            (PortState::Armed, _) => {
-                ": the subnet manager has not activated the port yet".to_string()
-            }
-            _ => ", not ACTIVE".to_string(),
-        };
-        return format!("port state {state}{hint}");
-    }
-    if let (true, Err(e)) = (link_layer.is_ethernet(), gid) {
-        let fix = match netdev {
-            Some(n) => format!(
-                "give {n} an IP address, or set NCCL_IB_GID_INDEX to a non-zero, routable entry"
-            ),
-            None => "set NCCL_IB_GID_INDEX to a non-zero, routable entry".to_string(),
-        };
-        return if e.starts_with("no usable GID") {
-            format!("{e}; {fix}")
-        } else {
-            e.clone()
-        };
-    }
-    original.to_string()
+            None => ": no link (check the cable and switch port)".to_string(),
+        },
+        (PortState::Down, _) => ": no physical link (check the cable and switch port)".to_string(),
+        (PortState::Init, LinkLayer::InfiniBand) => {
+            ": no subnet manager has activated the port (run opensm or enable the switch's SM)"
+                .to_string()
+        }
+        (PortState::Armed, _) => ": the subnet manager has not activated the port yet".to_string(),
+        _ => ", not ACTIVE".to_string(),
+    };
+    Err(format!("port state {state}{hint}"))
 }
 
 fn device_from_sysfs(s: &SysDevice, cfg: &Config, why: &str) -> Device {
@@ -1398,26 +1377,13 @@ fn device_from_sysfs(s: &SysDevice, cfg: &Config, why: &str) -> Device {
     }
 }
 
-/// A port of a device libibverbs does not list, judged from sysfs the way `discover` judges ports
-/// (ACTIVE, known link layer, a usable GID on Ethernet); the device's own error comes on top.
+/// A port of a device libibverbs does not list, judged from sysfs by the plugin's own rule
+/// (`discovery::port_verdict`); the device's own error comes on top.
 fn port_from_sysfs(dev: &str, p: &SysPort, cfg: &Config) -> Port {
-    let gid = select_gid(&p.link_layer, &p.gids, &cfg.gid_policy_for(dev, p.num))
-        .map_err(|e| e.to_string());
-    let usable = if !p.state.is_active()
-        || matches!(p.link_layer, LinkLayer::Unknown(_))
-        || (p.link_layer.is_ethernet() && gid.is_err())
-    {
-        let original = format!("unknown link layer {:?}", p.link_layer);
-        Err(explain_unusable(
-            p.state,
-            &p.link_layer,
-            &gid,
-            p.netdev.as_deref(),
-            &original,
-        ))
-    } else {
-        Ok(())
-    };
+    let choice = select_gid(&p.link_layer, &p.gids, &cfg.gid_policy_for(dev, p.num));
+    let verdict = discovery::port_verdict(cfg, dev, p.num, p.state, &p.link_layer, &choice);
+    let usable = explain(&verdict, &p.link_layer, p.netdev.as_deref());
+    let gid = choice.map_err(|e| e.to_string());
     // `2.5 Gb/sec (1X SDR)` -> `1X SDR`.
     let speed_text = p
         .rate
@@ -1625,13 +1591,11 @@ mod tests {
         let mut p = rxe_port();
         p.state = PortState::Down;
         p.netdev = Some("ens1f1".into());
-        p.usable = Err(explain_unusable(
-            p.state,
+        p.usable = explain(
+            &PortDecision::NotActive { state: p.state },
             &p.link_layer,
-            &p.gid,
             p.netdev.as_deref(),
-            "port state is Down",
-        ));
+        );
         p
     }
 
@@ -1736,18 +1700,16 @@ mod tests {
             entry(0, "fe80::1", GidType::RoceV2, Some("eth0")),
             GidEntry::new(1, [0; 16], GidType::Unknown, None),
         ];
-        let err = select_gid(&p.link_layer, &p.gids, &Config::default().gid_policy())
-            .unwrap_err()
-            .to_string();
+        let error =
+            select_gid(&p.link_layer, &p.gids, &Config::default().gid_policy()).unwrap_err();
+        let err = error.to_string();
         p.gid = Err(err.clone());
         p.netdev = Some("eth0".into());
-        p.usable = Err(explain_unusable(
-            p.state,
+        p.usable = explain(
+            &PortDecision::NoUsableGid { error },
             &p.link_layer,
-            &p.gid,
             Some("eth0"),
-            "no usable GID",
-        ));
+        );
         let r = report(vec![device("mlx5_0", vec![p.clone()])]);
         let text = render_text(&r);
         let t = gid_table(&p);
@@ -2180,30 +2142,40 @@ mod tests {
 
     #[test]
     fn port_state_explanations() {
-        let no_gid: Result<GidChoice, String> = Err("n/a".into());
         let ib = LinkLayer::InfiniBand;
-        assert!(
-            explain_unusable(PortState::Init, &ib, &no_gid, None, "x").contains("subnet manager")
-        );
+        let not_active =
+            |state| explain(&PortDecision::NotActive { state }, &ib, None).unwrap_err();
+        assert!(not_active(PortState::Init).contains("subnet manager"));
         assert_eq!(
-            explain_unusable(PortState::Down, &ib, &no_gid, None, "x"),
+            not_active(PortState::Down),
             "port state DOWN: no physical link (check the cable and switch port)"
         );
         assert_eq!(
-            explain_unusable(PortState::ActiveDefer, &ib, &no_gid, None, "x"),
+            not_active(PortState::ActiveDefer),
             "port state ACTIVE_DEFER, not ACTIVE"
         );
-        let explicit: Result<GidChoice, String> =
-            Err("GID index 3 (explicit NCCL_IB_GID_INDEX=3) is not in the port's GID table".into());
+        let explicit = PortDecision::NoUsableGid {
+            error: GidError::IndexNotFound {
+                index: 3,
+                origin: "explicit NCCL_IB_GID_INDEX=3".into(),
+                valid: vec![0, 1],
+            },
+        };
         assert_eq!(
-            explain_unusable(
-                PortState::Active,
-                &LinkLayer::Ethernet,
-                &explicit,
-                Some("eth0"),
-                "x"
+            explain(&explicit, &LinkLayer::Ethernet, Some("eth0")),
+            Err("GID index 3 (explicit NCCL_IB_GID_INDEX=3) is not in the port's GID table; valid non-zero indexes: [0, 1]".to_string()),
+            "an explicit index that does not work is said as it is, without the auto-choice hint"
+        );
+        assert_eq!(explain(&PortDecision::Usable, &ib, None), Ok(()));
+        assert_eq!(
+            explain(
+                &PortDecision::ExcludedByHca {
+                    filter: "^mlx5_1".into()
+                },
+                &ib,
+                None
             ),
-            "GID index 3 (explicit NCCL_IB_GID_INDEX=3) is not in the port's GID table"
+            Err("excluded by NCCL_IB_HCA=^mlx5_1".to_string())
         );
     }
 

@@ -155,18 +155,17 @@ fn build() -> std::result::Result<Plugin, Error> {
         for w in &d.gdr_warnings {
             warn!(INIT | ENV, "{w}");
         }
-        if d.ports.iter().any(|p| p.usable.is_ok()) {
+        if d.ports.iter().any(|p| p.verdict.is_usable()) {
             info!(INIT | NET, "{}", gdr.summary);
         }
         for p in &d.ports {
-            if let Err(why) = &p.usable {
-                // A GID the user asked for that does not work is a configuration error: say it
-                // loudly. Inactive or filtered ports are normal.
-                if p.gid.is_err() && p.link_layer.is_ethernet() && why.starts_with("no usable GID")
-                {
-                    warn!(INIT, "{} port {}: not used: {why}", d.name, p.num);
+            if !p.verdict.is_usable() {
+                // A GID that does not work is a configuration error: say it loudly. Inactive or
+                // filtered ports are normal.
+                if p.verdict.is_configuration_error() {
+                    warn!(INIT, "{} port {}: not used: {}", d.name, p.num, p.verdict);
                 } else {
-                    info!(INIT, "{} port {}: not used: {why}", d.name, p.num);
+                    info!(INIT, "{} port {}: not used: {}", d.name, p.num, p.verdict);
                 }
                 continue;
             }
