@@ -17,7 +17,7 @@ build:
 plugin: build
 
 doctor:
-	cargo run --release -p nccl-net-plugin --bin nccl-net-doctor
+	cargo run --release -p nccl-net-doctor
 
 clean-testbed:
 	rm -rf .testbed target/guest-out

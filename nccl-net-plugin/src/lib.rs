@@ -7,7 +7,6 @@
 
 pub mod config;
 pub mod discovery;
-pub mod doctor;
 pub mod error;
 pub mod events;
 pub mod log;

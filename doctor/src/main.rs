@@ -1,9 +1,9 @@
 //! `nccl-net-doctor`: will the Ferro NCCL network plugin work on this host, and why (not)?
 //!
-//! A thin wrapper: collection, verdicts and rendering live in `nccl_net_ferro::doctor`.
+//! A thin wrapper: collection, verdicts and rendering live in this crate's library.
 //! Exit status: 0 when at least one device port is usable, 1 when none is, 2 on usage errors.
 
-use nccl_net_ferro::doctor::{self, Command};
+use ferro_doctor::{self as doctor, Command};
 use std::io::Write;
 use std::process::ExitCode;
 

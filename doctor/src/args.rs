@@ -1,0 +1,67 @@
+//! The command line.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// `--help` text.
+pub const HELP: &str = "\
+nccl-net-doctor: will the Ferro NCCL network plugin work on this host, and why (not)?
+
+Usage: nccl-net-doctor [--json] [--sysfs-root PATH]
+
+Options:
+  --json              print the report as one JSON object (keys: see the doctor module docs)
+  --sysfs-root PATH   read the RDMA sysfs tree under PATH instead of /sys (for fake trees;
+                      libibverbs itself always reads the real /sys)
+  -h, --help          print this help
+
+The report uses the plugin's own configuration (NCCL_IB_* variables), device discovery and GID
+choice. Exit status: 0 when at least one device port is usable, 1 when none is (including no
+libibverbs and NCCL_IB_DISABLE=1), 2 on usage errors.
+";
+
+/// Parsed options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub json: bool,
+    pub sysfs_root: PathBuf,
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Help,
+    Run(Options),
+}
+
+/// Parses the arguments after the program name; `Err` is a usage error message.
+pub fn parse_args<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, String> {
+    let mut opts = Options {
+        json: false,
+        sysfs_root: PathBuf::from("/sys"),
+    };
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let text = arg.to_string_lossy();
+        match text.as_ref() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "--json" => opts.json = true,
+            "--sysfs-root" => match args.next() {
+                Some(p) if !p.is_empty() => opts.sysfs_root = PathBuf::from(p),
+                _ => return Err("--sysfs-root needs a PATH".to_string()),
+            },
+            other => match other.strip_prefix("--sysfs-root=") {
+                Some("") => return Err("--sysfs-root needs a PATH".to_string()),
+                Some(_) => {
+                    // Keep non-UTF-8 paths intact: cut the prefix from the raw bytes.
+                    use std::os::unix::ffi::OsStrExt;
+                    let bytes = arg.as_bytes();
+                    let path = std::ffi::OsStr::from_bytes(&bytes["--sysfs-root=".len()..]);
+                    opts.sysfs_root = PathBuf::from(path);
+                }
+                None => return Err(format!("unknown argument {other:?}")),
+            },
+        }
+    }
+    Ok(Command::Run(opts))
+}

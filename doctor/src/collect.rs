@@ -1,0 +1,307 @@
+//! Collection: the plugin's own discovery, sysfs for devices libibverbs does not list, and
+//! host facts.
+
+use crate::*;
+use ferro_verbs::gid::{GidError, select_gid};
+use ferro_verbs::loader::{LIB_ENV, LoadError};
+use ferro_verbs::sysfs::{self, LinkLayer, PortState, SysDevice, SysPort};
+use nccl_net_ferro::config::Config;
+use nccl_net_ferro::discovery::{
+    self, DeviceReport, PortReport, PortVerdict as PortDecision, discover,
+};
+use std::path::Path;
+
+/// Gathers the report for this host, reading RDMA sysfs under `sys_root`.
+pub fn collect(sys_root: &Path) -> Report {
+    let (config, config_warnings) = Config::from_env();
+    let disc = discover(sys_root, &config);
+    let override_value = std::env::var(LIB_ENV).ok().filter(|s| !s.is_empty());
+    let library = Library {
+        name: match &disc.lib {
+            Ok(name) => name.clone(),
+            Err(LoadError::NotFound { lib, .. } | LoadError::MissingSymbol { lib, .. }) => {
+                lib.clone()
+            }
+        },
+        override_value: override_value.clone(),
+        outcome: match ferro_verbs::verbs() {
+            Ok(v) => Ok(v.capabilities()),
+            Err(e) => Err(LibraryError {
+                message: e.to_string(),
+                hint: load_hint(e, override_value.as_deref()),
+            }),
+        },
+    };
+    let host = collect_host(sys_root);
+    let mut enumeration_errors = disc.errors.clone();
+
+    let mut devices: Vec<Device> = disc.devices.iter().map(device_from_report).collect();
+    // Devices the kernel shows that libibverbs does not list (missing provider, /dev/infiniband
+    // not mounted, libibverbs absent): shown from sysfs, with the plugin's GID choice.
+    let sys_devices = match sysfs::list_devices(sys_root) {
+        Ok(d) => d,
+        Err(e) => {
+            if disc.lib.is_err() {
+                enumeration_errors.push(format!("reading sysfs: {e}"));
+            }
+            Vec::new()
+        }
+    };
+    let why = unlisted_reason(
+        library.outcome.is_ok(),
+        host.dev_infiniband.is_some(),
+        sys_root != Path::new("/sys"),
+    );
+    for s in sys_devices
+        .iter()
+        .filter(|s| !disc.devices.iter().any(|d| d.name == s.name))
+    {
+        devices.push(device_from_sysfs(s, &config, &why));
+    }
+
+    Report {
+        plugin_name: nccl_net_ferro::PLUGIN_NAME.to_string_lossy().into_owned(),
+        plugin_version: nccl_net_ferro::VERSION.to_string(),
+        config,
+        config_warnings,
+        library,
+        sysfs_root: sys_root.to_path_buf(),
+        devices,
+        enumeration_errors,
+        host,
+    }
+}
+
+pub(crate) fn device_from_report(d: &DeviceReport) -> Device {
+    let sys = d.sys.as_ref();
+    // The verbs values are only meaningful when the device could be queried.
+    let queried = d.error.is_none();
+    Device {
+        name: d.name.clone(),
+        listed_by_verbs: true,
+        node_guid: if queried {
+            Some(d.node_guid)
+        } else {
+            sys.and_then(|s| s.node_guid)
+        },
+        sys_image_guid: if queried {
+            Some(d.sys_image_guid)
+        } else {
+            sys.and_then(|s| s.sys_image_guid)
+        },
+        fw_ver: if queried {
+            Some(d.fw_ver.clone())
+        } else {
+            sys.and_then(|s| s.fw_ver.clone())
+        },
+        max_qp: queried.then_some(d.max_qp),
+        pci_path: d.pci_path.as_ref().map(|p| p.display().to_string()),
+        error: d
+            .error
+            .as_ref()
+            .map(|e| format!("cannot open or query the device: {e}")),
+        notes: sys.map(|s| s.notes.clone()).unwrap_or_default(),
+        gdr: d.gdr.as_ref().map(|g| g.summary.clone()),
+        ptr_support: d
+            .gdr
+            .as_ref()
+            .map(|g| g.ptr_support_bits | ferro_ffi::NCCL_PTR_HOST),
+        ports: d.ports.iter().map(port_from_report).collect(),
+    }
+}
+
+pub(crate) fn port_from_report(p: &PortReport) -> Port {
+    let gid = p.gid.clone().map_err(|e| e.to_string());
+    let netdev = p.sys.as_ref().and_then(|s| s.netdev.clone());
+    let usable = explain(&p.verdict, &p.link_layer, netdev.as_deref());
+    Port {
+        num: p.num,
+        state: p.state,
+        link_layer: p.link_layer.clone(),
+        speed_mbps: p.speed_mbps,
+        speed_text: p.speed_text.clone(),
+        active_mtu: p.active_mtu,
+        lid: p.lid,
+        netdev,
+        gids: p.sys.as_ref().map(|s| s.gids.clone()).unwrap_or_default(),
+        gid,
+        usable,
+    }
+}
+
+/// Renders the plugin's verdict on a port (see `discovery::port_verdict`) in terms of what the
+/// user should look at: `Ok` when the port is usable.
+pub fn explain(
+    verdict: &PortDecision,
+    link_layer: &LinkLayer,
+    netdev: Option<&str>,
+) -> Result<(), String> {
+    let state = match verdict {
+        PortDecision::Usable => return Ok(()),
+        PortDecision::NotActive { state } => *state,
+        PortDecision::NoUsableGid {
+            error: e @ GidError::NoUsableGid(_),
+        } => {
+            let fix = match netdev {
+                Some(n) => format!(
+                    "give {n} an IP address, or set NCCL_IB_GID_INDEX to a non-zero, routable entry"
+                ),
+                None => "set NCCL_IB_GID_INDEX to a non-zero, routable entry".to_string(),
+            };
+            return Err(format!("{e}; {fix}"));
+        }
+        PortDecision::NoUsableGid { error } => return Err(error.to_string()),
+        other => return Err(other.to_string()),
+    };
+    let hint = match (state, link_layer) {
+        (PortState::Down, LinkLayer::Ethernet) => match netdev {
+            Some(n) => {
+                format!(": no link (check the cable and switch port, and `ip link set {n} up`)")
+            }
+            None => ": no link (check the cable and switch port)".to_string(),
+        },
+        (PortState::Down, _) => ": no physical link (check the cable and switch port)".to_string(),
+        (PortState::Init, LinkLayer::InfiniBand) => {
+            ": no subnet manager has activated the port (run opensm or enable the switch's SM)"
+                .to_string()
+        }
+        (PortState::Armed, _) => ": the subnet manager has not activated the port yet".to_string(),
+        _ => ", not ACTIVE".to_string(),
+    };
+    Err(format!("port state {state}{hint}"))
+}
+
+pub(crate) fn device_from_sysfs(s: &SysDevice, cfg: &Config, why: &str) -> Device {
+    Device {
+        name: s.name.clone(),
+        listed_by_verbs: false,
+        node_guid: s.node_guid,
+        sys_image_guid: s.sys_image_guid,
+        fw_ver: s.fw_ver.clone(),
+        max_qp: None,
+        pci_path: s.pci_path.as_ref().map(|p| p.display().to_string()),
+        error: Some(why.to_string()),
+        notes: s.notes.clone(),
+        gdr: None,
+        ptr_support: None,
+        ports: s
+            .ports
+            .iter()
+            .map(|p| port_from_sysfs(&s.name, p, cfg))
+            .collect(),
+    }
+}
+
+/// A port of a device libibverbs does not list, judged from sysfs by the plugin's own rule
+/// (`discovery::port_verdict`); the device's own error comes on top.
+pub(crate) fn port_from_sysfs(dev: &str, p: &SysPort, cfg: &Config) -> Port {
+    let choice = select_gid(&p.link_layer, &p.gids, &cfg.gid_policy_for(dev, p.num));
+    let verdict = discovery::port_verdict(cfg, dev, p.num, p.state, &p.link_layer, &choice);
+    let usable = explain(&verdict, &p.link_layer, p.netdev.as_deref());
+    let gid = choice.map_err(|e| e.to_string());
+    // `2.5 Gb/sec (1X SDR)` -> `1X SDR`.
+    let speed_text = p
+        .rate
+        .as_ref()
+        .and_then(|r| {
+            r.text
+                .split_once('(')
+                .and_then(|(_, t)| t.strip_suffix(')'))
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    Port {
+        num: p.num,
+        state: p.state,
+        link_layer: p.link_layer.clone(),
+        speed_mbps: p.rate.as_ref().map(sysfs::Rate::mbps),
+        speed_text,
+        active_mtu: None,
+        lid: p.lid.unwrap_or(0),
+        netdev: p.netdev.clone(),
+        gids: p.gids.clone(),
+        gid,
+        usable,
+    }
+}
+
+pub(crate) fn collect_host(sys_root: &Path) -> HostFacts {
+    let env_var = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+    let dev_infiniband = std::fs::read_dir("/dev/infiniband").ok().map(|rd| {
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        names
+    });
+    let module = |m: &str| sys_root.join("module").join(m).exists();
+    HostFacts {
+        memlock: memlock_limit(),
+        cap_ipc_lock: std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .as_deref()
+            .and_then(cap_ipc_lock_from_status),
+        iommu: sysfs::read_cmdline(Path::new("/proc")).map(|c| sysfs::iommu_mode(&c)),
+        shm: statvfs_size(Path::new("/dev/shm")),
+        dev_infiniband,
+        gpu: GpuFacts {
+            nvidia_driver: module("nvidia"),
+            peermem: module("nvidia_peermem") || module("nv_peer_mem"),
+        },
+        env: NcclEnv {
+            net_plugin: env_var("NCCL_NET_PLUGIN"),
+            net: env_var("NCCL_NET"),
+            ib_hca: env_var("NCCL_IB_HCA"),
+            socket_ifname: env_var("NCCL_SOCKET_IFNAME"),
+        },
+    }
+}
+
+pub(crate) fn memlock_limit() -> Result<Memlock, String> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is a valid, writable rlimit for getrlimit to fill.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
+    if rc != 0 {
+        return Err(format!("getrlimit: {}", std::io::Error::last_os_error()));
+    }
+    let conv = |v: libc::rlim_t| {
+        if v == libc::RLIM_INFINITY {
+            None
+        } else {
+            Some(v)
+        }
+    };
+    Ok(Memlock {
+        soft: conv(rl.rlim_cur),
+        hard: conv(rl.rlim_max),
+    })
+}
+
+// The statvfs fields are u64 on 64-bit targets but u32 on some 32-bit ones.
+#[allow(clippy::useless_conversion)]
+pub(crate) fn statvfs_size(path: &Path) -> Result<Shm, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| "path contains NUL".to_string())?;
+    let mut st = core::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is NUL-terminated; `st` is writable storage for one statvfs struct.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.kind() == std::io::ErrorKind::NotFound {
+            "absent (NCCL's intra-node shared-memory transport needs it)".to_string()
+        } else {
+            format!("cannot measure: {e}")
+        });
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let st = unsafe { st.assume_init() };
+    let frsize = u64::from(st.f_frsize);
+    Ok(Shm {
+        size_bytes: u64::from(st.f_blocks).saturating_mul(frsize),
+        available_bytes: u64::from(st.f_bavail).saturating_mul(frsize),
+    })
+}
