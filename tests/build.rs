@@ -1,6 +1,4 @@
-//! Builds the C pieces of the harness:
-//! - `csrc/logger.c`: the variadic NCCL logger (stable Rust cannot define a C variadic function),
-//!   linked statically into the `ferro_tests` library;
+//! Builds the C piece of the harness (NCCL's logger lives in `ferro-client`):
 //! - `csrc/old_verbs.c`: a stand-in "old rdma-core" libibverbs (every required entry point at
 //!   IBVERBS_1.1 only, an empty device list), built as a shared library whose path reaches the
 //!   tests as `FERRO_TESTS_OLD_VERBS_SO`.
@@ -9,15 +7,8 @@ use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=csrc/logger.c");
     println!("cargo:rerun-if-changed=csrc/old_verbs.c");
     println!("cargo:rerun-if-changed=csrc/old_verbs.map");
-
-    cc::Build::new()
-        .file("csrc/logger.c")
-        .warnings(true)
-        .extra_warnings(true)
-        .compile("ferro_tests_logger");
 
     let out = match std::env::var_os("OUT_DIR") {
         Some(dir) => PathBuf::from(dir),

@@ -4,10 +4,9 @@
 //! `dlsym("ncclNetPlugin_v8")`, and every call goes through that exported table ([`net::Net`]).
 //! Nothing here links the plugin crate.
 //!
-//! - [`logger`]: NCCL's variadic logger, written in C (`csrc/logger.c`), recording every line.
-//! - [`net`]: the loader and a thin wrapper per table entry, plus blocking helpers with deadlines.
-//! - [`handle`]: the 128-byte listen handle and its documented fixed prefix.
-//! - [`buffer`]: page-aligned, never-freed memory for registrations, with pattern fill/verify.
+//! The client side (loading, typed table calls, handles, buffers, NCCL's logger) is the
+//! `ferro-client` crate, shared with the benchmark and the plugin's in-process tests; its modules
+//! are re-exported here as [`net`], [`handle`], [`buffer`], [`logger`] and [`error`].
 //! - [`checks`]: bad-input checks shared by the host and guest tests.
 //! - [`elf`]: the `DT_NEEDED` list of a shared object, read from its dynamic section.
 //! - [`guest`]: facts about the soft-RoCE test-bed guest (`ibv_devinfo`, `rdma resource`).
@@ -25,17 +24,14 @@
 //! - One scenario by hand: `target/debug/nccl-harness --scenario size-sweep --rank 0 --nranks 2`
 //!   (it prints `HANDLE <hex>` and waits for `PEER <hex>` on stdin; see [`rank`]).
 
-pub mod buffer;
 pub mod checks;
 pub mod driver;
 pub mod elf;
-pub mod error;
 pub mod guest;
-pub mod handle;
-pub mod logger;
-pub mod net;
 pub mod rank;
 pub mod scenario;
+
+pub use ferro_client::{bail, buffer, ensure, error, handle, logger, net};
 
 pub use error::{HResult, HarnessError, NcclExt};
 pub use handle::{Handle, handle_socket_addr};

@@ -29,8 +29,6 @@ pub const PLUGIN_FILE: &str = "libnccl_net_ferro.so";
 pub const PLUGIN_ENV: &str = "FERRO_PLUGIN_SO";
 /// What to do when the plugin is not built.
 pub const BUILD_HINT: &str = "build the plugin first: cargo build -p nccl-net-plugin";
-/// The exported table's symbol.
-pub const SYMBOL: &CStr = c"ncclNetPlugin_v8";
 
 /// Value the harness stores in integer property fields before `getProperties`, to see which
 /// fields the plugin did not fill.
@@ -247,7 +245,7 @@ fn c_size(len: usize) -> c_int {
 /// The loaded plugin.
 #[derive(Debug)]
 pub struct Net {
-    table: *const ncclNet_v8_t,
+    table: &'static ncclNet_v8_t,
     path: PathBuf,
 }
 
@@ -257,17 +255,6 @@ pub struct Net {
 unsafe impl Send for Net {}
 // SAFETY: as above; `Net` has no interior mutability.
 unsafe impl Sync for Net {}
-
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a thread-local NUL-terminated message, copied at once.
-    let m = unsafe { libc::dlerror() };
-    if m.is_null() {
-        "unknown error".into()
-    } else {
-        // SAFETY: non-NULL and NUL-terminated (see above).
-        unsafe { CStr::from_ptr(m) }.to_string_lossy().into_owned()
-    }
-}
 
 impl Net {
     /// Loads the plugin found by [`plugin_path`].
@@ -283,30 +270,18 @@ impl Net {
 
     /// `dlopen(path, RTLD_NOW|RTLD_LOCAL)` + `dlsym("ncclNetPlugin_v8")`. The library is never closed.
     pub fn load_from(path: &Path) -> Result<Net, String> {
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| format!("NUL in {}", path.display()))?;
-        // SAFETY: c is NUL-terminated; loading runs the plugin's initialisers, as NCCL's dlopen does.
-        let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if lib.is_null() {
-            return Err(format!(
-                "dlopen({}, RTLD_NOW|RTLD_LOCAL) failed: {}",
-                path.display(),
-                dl_error()
-            ));
-        }
-        // SAFETY: lib is a live handle; the symbol name is NUL-terminated.
-        let sym = unsafe { libc::dlsym(lib, SYMBOL.as_ptr()) };
-        if sym.is_null() {
-            return Err(format!(
-                "{} does not export ncclNetPlugin_v8: {}",
-                path.display(),
-                dl_error()
-            ));
-        }
         Ok(Net {
-            table: sym.cast::<ncclNet_v8_t>().cast_const(),
+            table: crate::loader::open_plugin(path)?,
             path: path.to_path_buf(),
         })
+    }
+
+    /// A table linked into this process (the plugin crate's own in-process tests).
+    pub fn linked(table: &'static ncclNet_v8_t) -> Net {
+        Net {
+            table,
+            path: PathBuf::new(),
+        }
     }
 
     /// Looks up another symbol of the plugin (NULL if absent).
@@ -332,9 +307,7 @@ impl Net {
 
     /// The exported table (for calls the wrapper does not offer, such as deliberate NULLs).
     pub fn table(&self) -> &ncclNet_v8_t {
-        // SAFETY: the symbol is the plugin's `ncclNet_v8_t` static (its ABI type), immutable, in a
-        // library that is never unloaded.
-        unsafe { &*self.table }
+        self.table
     }
 
     /// The loaded file.

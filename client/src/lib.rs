@@ -1,0 +1,23 @@
+//! The one client of the plugin's function table, shared by the dlopen harness (`ferro-tests`),
+//! the benchmark (`ferro-bench`) and the in-process tests of the plugin crate.
+//!
+//! - [`loader`]: `dlopen(path, RTLD_NOW|RTLD_LOCAL)` and `dlsym("ncclNetPlugin_v8")`, as NCCL
+//!   loads a plugin, with `dlerror` text in the errors.
+//! - [`net`]: [`net::Net`], a typed wrapper per table entry (over a loaded table, or over a table
+//!   linked into the process), plus blocking helpers with deadlines.
+//! - [`handle`]: the 128-byte listen handle, its documented fixed prefix and its hex form (how
+//!   processes pass it to each other).
+//! - [`buffer`]: page-aligned, never-freed memory for registrations, with pattern fill/verify.
+//! - [`logger`]: NCCL's variadic logger, written in C (`csrc/logger.c`), recording every line.
+//! - [`error`]: a failed call, a deadline that passed, or a failed check.
+
+pub mod buffer;
+pub mod error;
+pub mod handle;
+pub mod loader;
+pub mod logger;
+pub mod net;
+
+pub use error::{HResult, HarnessError, NcclExt};
+pub use handle::{Handle, handle_socket_addr};
+pub use net::{Net, Properties};

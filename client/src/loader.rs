@@ -1,0 +1,64 @@
+//! Loading a plugin the way NCCL does: `dlopen(path, RTLD_NOW|RTLD_LOCAL)`, then
+//! `dlsym("ncclNetPlugin_v8")`. The library is never closed (its table's code lives in it).
+
+use core::ffi::CStr;
+use ferro_ffi::ncclNet_v8_t;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// The exported table's symbol.
+pub const SYMBOL: &CStr = c"ncclNetPlugin_v8";
+
+/// The text of `dlerror()`, or a placeholder.
+pub fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl* call on
+    // this thread; it is copied at once.
+    unsafe {
+        let p = libc::dlerror();
+        if p.is_null() {
+            "unknown dlerror".into()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    }
+}
+
+/// Opens the plugin at `path` and returns its exported v8 table (valid for the life of the
+/// process: the library is never unloaded).
+pub fn open_plugin(path: &Path) -> Result<&'static ncclNet_v8_t, String> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("NUL in {}", path.display()))?;
+    // SAFETY: c is NUL-terminated; loading runs the plugin's initialisers, as NCCL's dlopen does.
+    let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if lib.is_null() {
+        return Err(format!(
+            "dlopen({}, RTLD_NOW|RTLD_LOCAL) failed: {}",
+            path.display(),
+            dl_error()
+        ));
+    }
+    // SAFETY: lib is a live handle; the symbol name is NUL-terminated.
+    let sym = unsafe { libc::dlsym(lib, SYMBOL.as_ptr()) };
+    if sym.is_null() {
+        return Err(format!(
+            "{} does not export ncclNetPlugin_v8: {}",
+            path.display(),
+            dl_error()
+        ));
+    }
+    // SAFETY: the symbol is the plugin's exported `ncclNet_v8_t` static (layout pinned in
+    // ferro-ffi), immutable, in a library that is never unloaded.
+    Ok(unsafe { &*sym.cast::<ncclNet_v8_t>() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_a_clean_error_naming_dlopen() {
+        let e = open_plugin(Path::new("/nonexistent/libnope.so")).unwrap_err();
+        assert!(e.contains("dlopen(/nonexistent/libnope.so"), "{e}");
+    }
+}
