@@ -8,10 +8,8 @@
 use crate::error::{Error, Result};
 use core::ffi::{CStr, c_char, c_int, c_void};
 use ferro_ffi::{
-    NCCL_NET_HANDLE_MAXSIZE, NCCL_NET_PLUGIN_V8_SYMBOL, NCCL_PTR_HOST, ncclNet_v8_t,
-    ncclNetProperties_v8_t, ncclResult_t,
+    NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST, ncclNet_v8_t, ncclNetProperties_v8_t, ncclResult_t,
 };
-use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
 
@@ -63,20 +61,6 @@ fn check(r: ncclResult_t, what: &str) -> Result<()> {
     }
 }
 
-/// The text of `dlerror()`, or a placeholder.
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl* call on
-    // this thread; it is copied at once.
-    unsafe {
-        let p = libc::dlerror();
-        if p.is_null() {
-            "unknown dlerror".into()
-        } else {
-            CStr::from_ptr(p).to_string_lossy().into_owned()
-        }
-    }
-}
-
 macro_rules! fnptr {
     ($self:ident, $f:ident) => {
         $self.table.$f.ok_or_else(|| {
@@ -89,35 +73,10 @@ macro_rules! fnptr {
 }
 
 impl Net {
-    /// `dlopen(path, RTLD_NOW | RTLD_LOCAL)` and `dlsym("ncclNetPlugin_v8")`, as NCCL does.
+    /// `dlopen(path, RTLD_NOW | RTLD_LOCAL)` and `dlsym("ncclNetPlugin_v8")`, as NCCL does (the
+    /// shared client's loader).
     pub(crate) fn load(path: &Path) -> Result<Net> {
-        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| Error::new(format!("plugin path {} contains a NUL", path.display())))?;
-        // SAFETY: cpath is a valid NUL-terminated string; loading runs the library's
-        // initialisers, which is what loading a plugin means.
-        let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if lib.is_null() {
-            return Err(Error::new(format!(
-                "dlopen({}) failed: {}",
-                path.display(),
-                dl_error()
-            )));
-        }
-        let sym = CString::new(NCCL_NET_PLUGIN_V8_SYMBOL)
-            .map_err(|_| Error::new("symbol name contains a NUL"))?;
-        // SAFETY: lib is a live handle from dlopen, sym a valid C string.
-        let p = unsafe { libc::dlsym(lib, sym.as_ptr()) };
-        if p.is_null() {
-            return Err(Error::new(format!(
-                "{} has no symbol {NCCL_NET_PLUGIN_V8_SYMBOL}: {}",
-                path.display(),
-                dl_error()
-            )));
-        }
-        // SAFETY: the symbol is the plugin's exported `ncclNet_v8_t` (152 bytes, pointer-aligned,
-        // layout pinned in ferro-ffi); the library stays loaded for the life of the process, so
-        // copying the table (name pointer and function pointers) keeps them valid.
-        let table = unsafe { p.cast::<ncclNet_v8_t>().read() };
+        let table = *ferro_client::loader::open_plugin(path).map_err(Error::new)?;
         let name = if table.name.is_null() {
             "(unnamed)".to_string()
         } else {
@@ -342,27 +301,16 @@ fn cstr_or(p: *const c_char, dflt: &str) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-/// Lower-case hex of a handle.
+/// Lower-case hex of a handle (the shared client's form).
 pub(crate) fn handle_to_hex(h: &Handle) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
+    ferro_client::Handle(*h).to_hex()
 }
 
 /// Parses 256 hex digits into a handle.
 pub(crate) fn handle_from_hex(s: &str) -> Result<Handle> {
-    let s = s.trim();
-    if s.len() != 2 * NCCL_NET_HANDLE_MAXSIZE || !s.is_ascii() {
-        return Err(Error::new(format!(
-            "a handle is {} hex digits, got {} characters",
-            2 * NCCL_NET_HANDLE_MAXSIZE,
-            s.len()
-        )));
-    }
-    let mut h: Handle = [0; NCCL_NET_HANDLE_MAXSIZE];
-    for (i, b) in h.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
-            .map_err(|_| Error::new(format!("bad hex digits at offset {}", 2 * i)))?;
-    }
-    Ok(h)
+    ferro_client::Handle::from_hex(s)
+        .map(|h| h.0)
+        .map_err(Error::new)
 }
 
 #[cfg(test)]
