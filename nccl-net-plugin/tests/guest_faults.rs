@@ -26,121 +26,6 @@ use common::*;
 const CHILD: &str = "FERRO_FAULTS_CHILD";
 
 // ---------------------------------------------------------------------------------------------
-// Table calls that report the result code instead of asserting it.
-
-fn reg(comm: *mut c_void, buf: &mut [u8]) -> *mut c_void {
-    let mut mh = null_mut();
-    // SAFETY: the buffer outlives the registration (each test deregisters or exits first).
-    ok(
-        unsafe { NET.regMr.unwrap()(comm, buf.as_mut_ptr().cast(), buf.len(), 1, &mut mh) },
-        "regMr",
-    );
-    mh
-}
-
-/// One buffer of a receive: address, size, tag, memory handle.
-type RecvArg = (*mut u8, usize, c_int, *mut c_void);
-
-fn irecv(comm: *mut c_void, bufs: &[RecvArg]) -> (ncclResult_t, *mut c_void) {
-    let mut data: Vec<*mut c_void> = bufs.iter().map(|b| b.0.cast()).collect();
-    let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.1 as c_int).collect();
-    let mut tags: Vec<c_int> = bufs.iter().map(|b| b.2).collect();
-    let mut mhs: Vec<*mut c_void> = bufs.iter().map(|b| b.3).collect();
-    let mut req = null_mut();
-    // SAFETY: arrays of n elements; buffers registered.
-    let r = unsafe {
-        NET.irecv.unwrap()(
-            comm,
-            bufs.len() as c_int,
-            data.as_mut_ptr(),
-            sizes.as_mut_ptr(),
-            tags.as_mut_ptr(),
-            mhs.as_mut_ptr(),
-            &mut req,
-        )
-    };
-    (r, req)
-}
-
-fn isend(
-    comm: *mut c_void,
-    data: *mut u8,
-    size: usize,
-    tag: c_int,
-    mh: *mut c_void,
-) -> (ncclResult_t, *mut c_void) {
-    let mut req = null_mut();
-    // SAFETY: the buffer is registered under mh.
-    let r = unsafe { NET.isend.unwrap()(comm, data.cast(), size as c_int, tag, mh, &mut req) };
-    (r, req)
-}
-
-/// `test`: the result code, and the sizes when done.
-fn test(req: *mut c_void) -> (ncclResult_t, Option<[c_int; 8]>) {
-    let mut done = 0;
-    let mut sizes = [0 as c_int; 8];
-    // SAFETY: req came from isend/irecv and was not yet reported done.
-    let r = unsafe { NET.test.unwrap()(req, &mut done, sizes.as_mut_ptr()) };
-    (r, (done != 0).then_some(sizes))
-}
-
-/// One message of `send_len` bytes from `sbuf` into a receive of `recv_len` bytes at `rbuf`
-/// with `tag`: post both, wait for both; returns the sizes the two sides report.
-fn transfer(
-    p: &Pair,
-    (sbuf, smh, send_len): (*mut u8, *mut c_void, usize),
-    (rbuf, rmh, recv_len): (*mut u8, *mut c_void, usize),
-    tag: c_int,
-) -> (c_int, c_int) {
-    let (r, rreq) = irecv(p.recv, &[(rbuf, recv_len, tag, rmh)]);
-    ok(r, "irecv");
-    assert!(!rreq.is_null(), "a first receive is always posted");
-    let sreq = loop {
-        let (r, req) = isend(p.send, sbuf, send_len, tag, smh);
-        ok(r, "isend");
-        if !req.is_null() {
-            break req;
-        }
-    };
-    let mut sizes = [0 as c_int; 8];
-    wait(sreq, &mut sizes);
-    let sent = sizes[0];
-    wait(rreq, &mut sizes);
-    (sent, sizes[0])
-}
-
-/// Deregisters the pair's two buffers and closes the pair.
-fn release(p: &Pair, smh: *mut c_void, rmh: *mut c_void) {
-    // SAFETY: handles from regMr on this pair's comms, released once, comms still open.
-    unsafe {
-        ok(NET.deregMr.unwrap()(p.send, smh), "deregMr");
-        ok(NET.deregMr.unwrap()(p.recv, rmh), "deregMr");
-    }
-    close(p);
-}
-
-fn close(p: &Pair) {
-    // SAFETY: comms of this pair, closed once.
-    unsafe {
-        ok(NET.closeSend.unwrap()(p.send), "closeSend");
-        ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
-        ok(NET.closeListen.unwrap()(p.listen), "closeListen");
-    }
-}
-
-fn handle_hex(h: &[u8; 128]) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn handle_from_hex(s: &str) -> [u8; 128] {
-    let mut h = [0u8; 128];
-    for (i, b) in h.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
-    }
-    h
-}
-
-// ---------------------------------------------------------------------------------------------
 // Child processes
 
 /// This test binary, running only `test` as `role`, with `env`.
@@ -214,8 +99,8 @@ fn overtaking_child() {
             sarena[at(g, m)..at(g, m) + d.len()].copy_from_slice(&d);
         }
     }
-    let rmh = reg(p.recv, &mut rarena);
-    let smh = reg(p.send, &mut sarena);
+    let rmh = reg_buf(p.recv, &mut rarena);
+    let smh = reg_buf(p.send, &mut sarena);
     // Per tag, the (group, member) its sends fill, in order.
     let mut streams: Vec<Vec<(usize, usize)>> = vec![Vec::new(); NTAGS];
     for g in 0..GROUPS {
@@ -245,7 +130,7 @@ fn overtaking_child() {
                 // SAFETY: inside the receive arena.
                 .map(|(m, &t)| (unsafe { rbase.add(at(posted, m)) }, CAP, t, rmh))
                 .collect();
-            let (r, req) = irecv(p.recv, &bufs);
+            let (r, req) = try_irecv(p.recv, &bufs);
             ok(r, "irecv");
             if req.is_null() {
                 break;
@@ -261,7 +146,7 @@ fn overtaking_child() {
             };
             // SAFETY: inside the send arena.
             let src = unsafe { sbase.add(at(g, m)) };
-            let (r, req) = isend(p.send, src, msg_size(g, m), t as c_int, smh);
+            let (r, req) = try_isend(p.send, src, msg_size(g, m), t as c_int, smh);
             assert_eq!(
                 r,
                 ncclResult_t::Success,
@@ -281,14 +166,14 @@ fn overtaking_child() {
             // requests the second pass then frees (NCCL tests until done, never piling up 256).
             for _ in 0..2 {
                 sends.retain(|&req| {
-                    let (r, done) = test(req);
+                    let (r, done) = try_test(req);
                     ok(r, "test send");
                     done.is_none()
                 });
             }
         }
         if let Some(&(req, g)) = outstanding.front() {
-            let (r, done) = test(req);
+            let (r, done) = try_test(req);
             ok(r, "test recv");
             if let Some(sizes) = done {
                 for m in 0..TAGS.len() {
@@ -307,7 +192,7 @@ fn overtaking_child() {
     }
     while let Some(req) = sends.pop() {
         loop {
-            let (r, done) = test(req);
+            let (r, done) = try_test(req);
             ok(r, "test send");
             if done.is_some() {
                 break;
@@ -380,13 +265,13 @@ fn a_send_larger_than_the_posted_receive_is_truncated_to_it_on_both_sides() {
     let sent = 65536;
     let mut rbuf = vec![0u8; 2 * sent];
     let mut sbuf = pattern(5, sent);
-    let rmh = reg(p.recv, &mut rbuf);
-    let smh = reg(p.send, &mut sbuf);
-    let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), posted, 3, rmh)]);
+    let rmh = reg_buf(p.recv, &mut rbuf);
+    let smh = reg_buf(p.send, &mut sbuf);
+    let (r, rreq) = try_irecv(p.recv, &[(rbuf.as_mut_ptr(), posted, 3, rmh)]);
     ok(r, "irecv");
     assert!(!rreq.is_null());
     let sreq = loop {
-        let (r, req) = isend(p.send, sbuf.as_mut_ptr(), sent, 3, smh);
+        let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), sent, 3, smh);
         ok(r, "isend");
         if !req.is_null() {
             break req;
@@ -417,10 +302,10 @@ fn a_send_larger_than_the_posted_receive_is_truncated_to_it_on_both_sides() {
 fn stall_child() {
     let p = pair(test_dev());
     let mut sbuf = vec![1u8; 64];
-    let smh = reg(p.send, &mut sbuf);
+    let smh = reg_buf(p.send, &mut sbuf);
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(3500) {
-        let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 64, 0, smh);
+        let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), 64, 0, smh);
         ok(r, "isend");
         assert!(req.is_null(), "nothing was posted, so no send can match");
     }
@@ -471,8 +356,8 @@ fn counters_child() {
     let p = pair(test_dev());
     let mut sbuf = pattern(9, 1000);
     let mut rbuf = vec![0u8; 4096];
-    let smh = reg(p.send, &mut sbuf);
-    let rmh = reg(p.recv, &mut rbuf);
+    let smh = reg_buf(p.send, &mut sbuf);
+    let rmh = reg_buf(p.recv, &mut rbuf);
     for _ in 0..10 {
         let sizes = transfer(
             &p,
@@ -532,11 +417,11 @@ fn idle_peer_child(role: &str) {
             unsafe { NET.listen.unwrap()(dev, handle.as_mut_ptr().cast(), &mut listen) },
             "listen",
         );
-        println!("HANDLE {}", handle_hex(&handle));
+        println!("HANDLE {}", Handle(handle).to_hex());
     }
     let mut peer = std::env::var("FERRO_PEER_HANDLE")
         .ok()
-        .map(|h| handle_from_hex(&h));
+        .map(|h| Handle::from_hex(&h).unwrap().0);
     let (mut send, mut recv): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
     let want_send = peer.is_some();
     let want_recv = !listen.is_null();
@@ -564,7 +449,7 @@ fn idle_peer_child(role: &str) {
 
 /// Spawns the idle peer with `role`, optionally giving it our listen handle.
 fn spawn_peer(role: &str, our_handle: Option<&[u8; 128]>) -> (Child, impl Iterator<Item = String>) {
-    let hex = our_handle.map(handle_hex);
+    let hex = our_handle.map(|h| Handle(*h).to_hex());
     let mut env = vec![];
     if let Some(h) = hex.as_deref() {
         env.push(("FERRO_PEER_HANDLE", h));
@@ -618,7 +503,9 @@ fn a_dead_peer_is_noticed_by_a_survivor_that_only_sends_only_receives_or_both() 
     // (a) The survivor only calls isend, and never got a request (no receive was posted).
     {
         let (mut c, mut lines) = spawn_peer("idle-listen", None);
-        let mut h = handle_from_hex(&read_until(&mut c, &mut lines, "HANDLE "));
+        let mut h = Handle::from_hex(&read_until(&mut c, &mut lines, "HANDLE "))
+            .unwrap()
+            .0;
         let mut send: *mut c_void = null_mut();
         let deadline = Instant::now() + Duration::from_secs(60);
         while send.is_null() {
@@ -630,11 +517,11 @@ fn a_dead_peer_is_noticed_by_a_survivor_that_only_sends_only_receives_or_both() 
             );
         }
         read_until(&mut c, &mut lines, "READY");
-        let smh = reg(send, &mut sbuf);
+        let smh = reg_buf(send, &mut sbuf);
         c.kill().unwrap();
         c.wait().unwrap();
         let t = until_error("(a) isend only", || {
-            let (r, req) = isend(send, sbuf.as_mut_ptr(), 4096, 0, smh);
+            let (r, req) = try_isend(send, sbuf.as_mut_ptr(), 4096, 0, smh);
             assert!(
                 r != ncclResult_t::Success || req.is_null(),
                 "no receive was posted"
@@ -670,12 +557,12 @@ fn a_dead_peer_is_noticed_by_a_survivor_that_only_sends_only_receives_or_both() 
             );
         }
         read_until(&mut c, &mut lines, "READY");
-        let rmh = reg(recv, &mut rbuf);
-        let (r, rreq) = irecv(recv, &[(rbuf.as_mut_ptr(), 4096, 0, rmh)]);
+        let rmh = reg_buf(recv, &mut rbuf);
+        let (r, rreq) = try_irecv(recv, &[(rbuf.as_mut_ptr(), 4096, 0, rmh)]);
         ok(r, "irecv");
         c.kill().unwrap();
         c.wait().unwrap();
-        let t = until_error("(b) receive pending", || test(rreq).0);
+        let t = until_error("(b) receive pending", || try_test(rreq).0);
         assert!(t < Duration::from_secs(60));
         // SAFETY: our comms and handle, released once.
         unsafe {
@@ -695,7 +582,9 @@ fn a_dead_peer_is_noticed_by_a_survivor_that_only_sends_only_receives_or_both() 
             "listen",
         );
         let (mut c, mut lines) = spawn_peer("idle-both", Some(&handle));
-        let mut peer = handle_from_hex(&read_until(&mut c, &mut lines, "HANDLE "));
+        let mut peer = Handle::from_hex(&read_until(&mut c, &mut lines, "HANDLE "))
+            .unwrap()
+            .0;
         let (mut send, mut recv): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
         let deadline = Instant::now() + Duration::from_secs(60);
         while send.is_null() || recv.is_null() {
@@ -718,9 +607,9 @@ fn a_dead_peer_is_noticed_by_a_survivor_that_only_sends_only_receives_or_both() 
             }
         }
         read_until(&mut c, &mut lines, "READY");
-        let smh = reg(send, &mut sbuf);
-        let rmh = reg(recv, &mut rbuf);
-        let (r, rreq) = irecv(recv, &[(rbuf.as_mut_ptr(), 4096, 0, rmh)]);
+        let smh = reg_buf(send, &mut sbuf);
+        let rmh = reg_buf(recv, &mut rbuf);
+        let (r, rreq) = try_irecv(recv, &[(rbuf.as_mut_ptr(), 4096, 0, rmh)]);
         ok(r, "irecv");
         c.kill().unwrap();
         c.wait().unwrap();
@@ -728,10 +617,10 @@ fn a_dead_peer_is_noticed_by_a_survivor_that_only_sends_only_receives_or_both() 
         let t = until_error("(c) both", || {
             if !send_failed {
                 send_failed =
-                    isend(send, sbuf.as_mut_ptr(), 4096, 0, smh).0 != ncclResult_t::Success;
+                    try_isend(send, sbuf.as_mut_ptr(), 4096, 0, smh).0 != ncclResult_t::Success;
             }
             if !recv_failed {
-                recv_failed = test(rreq).0 != ncclResult_t::Success;
+                recv_failed = try_test(rreq).0 != ncclResult_t::Success;
             }
             if send_failed && recv_failed {
                 ncclResult_t::RemoteError
@@ -783,13 +672,13 @@ fn port_down_child() {
     let p = pair(dev);
     let mut sbuf = pattern(1, 1 << 20);
     let mut rbuf = vec![0u8; 1 << 20];
-    let smh = reg(p.send, &mut sbuf);
-    let rmh = reg(p.recv, &mut rbuf);
+    let smh = reg_buf(p.send, &mut sbuf);
+    let rmh = reg_buf(p.recv, &mut rbuf);
     // Pending on both sides: a receive for tag 1 waits for data, a send with tag 2 waits for a
     // buffer with its tag.
-    let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), 1 << 20, 1, rmh)]);
+    let (r, rreq) = try_irecv(p.recv, &[(rbuf.as_mut_ptr(), 1 << 20, 1, rmh)]);
     ok(r, "irecv");
-    let (r, sreq) = isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
+    let (r, sreq) = try_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
     ok(r, "isend");
     assert!(sreq.is_null());
     ip_link("down");
@@ -801,13 +690,13 @@ fn port_down_child() {
             "both sides must fail within 10 s of the port going down (send {send_err:?}, receive {recv_err:?})"
         );
         if send_err.is_none() {
-            let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
+            let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
             assert!(req.is_null());
             if r != ncclResult_t::Success {
                 send_err = Some(down.elapsed());
             }
         }
-        if recv_err.is_none() && test(rreq).0 != ncclResult_t::Success {
+        if recv_err.is_none() && try_test(rreq).0 != ncclResult_t::Success {
             recv_err = Some(down.elapsed());
         }
     }
@@ -824,8 +713,8 @@ fn port_down_child() {
     }
     // A new comm pair moves 1 MiB, verified.
     let q = pair(dev);
-    let smh = reg(q.send, &mut sbuf);
-    let rmh = reg(q.recv, &mut rbuf);
+    let smh = reg_buf(q.send, &mut sbuf);
+    let rmh = reg_buf(q.recv, &mut rbuf);
     rbuf.fill(0);
     let sizes = transfer(
         &q,
@@ -905,8 +794,8 @@ fn a_child_forked_after_registration_does_not_disturb_the_parents_transfers() {
     let len = 1 << 20;
     let mut sbuf = pattern(11, len);
     let mut rbuf = vec![0u8; len];
-    let smh = reg(p.send, &mut sbuf);
-    let rmh = reg(p.recv, &mut rbuf);
+    let smh = reg_buf(p.send, &mut sbuf);
+    let rmh = reg_buf(p.recv, &mut rbuf);
     let (sp, rp) = (sbuf.as_mut_ptr(), rbuf.as_mut_ptr());
     // SAFETY: the child only scribbles on what it has of the two buffers, sleeps and exits,
     // all async-signal-safe; the parent waits for it below.
@@ -1027,8 +916,8 @@ fn a_client_with_the_wrong_listen_secret_is_refused_while_the_real_peer_connects
     let p = Pair { send, recv, listen };
     let mut sbuf = pattern(3, 4096);
     let mut rbuf = vec![0u8; 4096];
-    let smh = reg(p.send, &mut sbuf);
-    let rmh = reg(p.recv, &mut rbuf);
+    let smh = reg_buf(p.send, &mut sbuf);
+    let rmh = reg_buf(p.recv, &mut rbuf);
     transfer(
         &p,
         (sbuf.as_mut_ptr(), smh, 4096),
@@ -1059,10 +948,10 @@ fn a_peer_whose_network_silently_drops_everything_is_noticed_within_60_s() {
     let p = pair(test_dev());
     let mut sbuf = vec![1u8; 4096];
     let mut rbuf = vec![0u8; 4096];
-    let smh = reg(p.send, &mut sbuf);
-    let rmh = reg(p.recv, &mut rbuf);
+    let smh = reg_buf(p.send, &mut sbuf);
+    let rmh = reg_buf(p.recv, &mut rbuf);
     // A receive waits for tag 1; the sender offers tag 2, which has no buffer.
-    let (r, rreq) = irecv(p.recv, &[(rbuf.as_mut_ptr(), 4096, 1, rmh)]);
+    let (r, rreq) = try_irecv(p.recv, &[(rbuf.as_mut_ptr(), 4096, 1, rmh)]);
     ok(r, "irecv");
     // Every packet on the loopback (the out-of-band connection and rxe0's RoCE traffic) is
     // dropped from now on: no FIN, no RST, no completion.
@@ -1080,13 +969,13 @@ fn a_peer_whose_network_silently_drops_everything_is_noticed_within_60_s() {
             "a silent peer must be noticed within 60 s (send {send_err:?}, receive {recv_err:?})"
         );
         if send_err.is_none() {
-            let (r, req) = isend(p.send, sbuf.as_mut_ptr(), 4096, 2, smh);
+            let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), 4096, 2, smh);
             assert!(req.is_null());
             if r != ncclResult_t::Success {
                 send_err = Some(start.elapsed());
             }
         }
-        if recv_err.is_none() && test(rreq).0 != ncclResult_t::Success {
+        if recv_err.is_none() && try_test(rreq).0 != ncclResult_t::Success {
             recv_err = Some(start.elapsed());
         }
         std::thread::sleep(Duration::from_micros(200));

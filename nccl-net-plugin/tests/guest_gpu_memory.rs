@@ -12,57 +12,19 @@ use std::ptr::null_mut;
 mod common;
 use common::*;
 
-fn reg(comm: *mut c_void, p: *const u8, len: usize) -> *mut c_void {
-    let mut m = null_mut();
-    // SAFETY: the buffer outlives the registration in every test below.
-    ok(
-        unsafe { NET.regMr.unwrap()(comm, p as *mut c_void, len, NCCL_PTR_HOST, &mut m) },
-        "regMr",
-    );
-    m
-}
-
-fn dereg(comm: *mut c_void, m: *mut c_void) {
-    // SAFETY: m came from regMr on this comm.
-    ok(unsafe { NET.deregMr.unwrap()(comm, m) }, "deregMr");
-}
-
 /// Sends `data` from `src` (registered with `smr`) into `dst` (registered with `rmr`), checks it.
-fn transfer(p: &Pair, src: *mut u8, smr: *mut c_void, dst: *mut u8, rmr: *mut c_void, data: &[u8]) {
+fn send_and_check(
+    p: &Pair,
+    src: *mut u8,
+    smr: *mut c_void,
+    dst: *mut u8,
+    rmr: *mut c_void,
+    data: &[u8],
+) {
     // SAFETY: src has room for data (caller's buffers).
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), src, data.len()) };
-    let (mut rreq, mut sreq): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
-    let mut rdata = [dst.cast::<c_void>()];
-    let mut rsizes = [data.len() as c_int];
-    let mut tags = [1];
-    let mut rm = [rmr];
-    // SAFETY: arrays of n = 1, registered buffers.
-    unsafe {
-        while rreq.is_null() {
-            ok(
-                NET.irecv.unwrap()(
-                    p.recv,
-                    1,
-                    rdata.as_mut_ptr(),
-                    rsizes.as_mut_ptr(),
-                    tags.as_mut_ptr(),
-                    rm.as_mut_ptr(),
-                    &mut rreq,
-                ),
-                "irecv",
-            );
-        }
-        while sreq.is_null() {
-            ok(
-                NET.isend.unwrap()(p.send, src.cast(), data.len() as c_int, 1, smr, &mut sreq),
-                "isend",
-            );
-        }
-    }
-    wait(sreq, &mut [0]);
-    let mut got = [0];
-    wait(rreq, &mut got);
-    assert_eq!(got[0] as usize, data.len());
+    let sizes = transfer(p, (src, smr, data.len()), (dst, rmr, data.len()), 1);
+    assert_eq!(sizes.1 as usize, data.len());
     // SAFETY: dst holds data.len() bytes the receive just completed into.
     let landed = unsafe { std::slice::from_raw_parts(dst, data.len()) };
     assert!(landed == data, "data mismatch");
@@ -166,7 +128,7 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
         "sub-range must reuse the cached registration"
     );
     // ... and data lands correctly through it.
-    transfer(&p, src.as_mut_ptr(), smr, sub, sub_mr, &pattern(1, 65536));
+    send_and_check(&p, src.as_mut_ptr(), smr, sub, sub_mr, &pattern(1, 65536));
     // Two small buffers in one page: one registration, both usable.
     let x = page.as_mut_ptr();
     // SAFETY: 2000 < 4096, inside the page.
@@ -178,8 +140,8 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
         before + 3,
         "two buffers in one page share a registration"
     );
-    transfer(&p, src.as_mut_ptr(), smr, y, y_mr, &pattern(2, 100));
-    transfer(&p, src.as_mut_ptr(), smr, x, x_mr, &pattern(3, 100));
+    send_and_check(&p, src.as_mut_ptr(), smr, y, y_mr, &pattern(2, 100));
+    send_and_check(&p, src.as_mut_ptr(), smr, x, x_mr, &pattern(3, 100));
     // SAFETY: y points at 100 bytes inside the page.
     let y_now = unsafe { std::slice::from_raw_parts(y, 100) };
     assert!(
@@ -189,12 +151,12 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     // Deregistration happens when the last reference goes.
     dereg(p.recv, x_mr);
     assert_eq!(mrs(), before + 3);
-    transfer(&p, src.as_mut_ptr(), smr, y, y_mr, &pattern(4, 100));
+    send_and_check(&p, src.as_mut_ptr(), smr, y, y_mr, &pattern(4, 100));
     dereg(p.recv, y_mr);
     assert_eq!(mrs(), before + 2);
     dereg(p.recv, sub_mr);
     assert_eq!(mrs(), before + 2, "the big range is still referenced");
-    transfer(
+    send_and_check(
         &p,
         src.as_mut_ptr(),
         smr,

@@ -25,20 +25,8 @@ fn transfer_sweep() {
     let cap = 16 << 20;
     let sbuf = vec![0u8; cap];
     let mut rbufs: Vec<Vec<u8>> = (0..8).map(|_| vec![0u8; cap + 4096]).collect();
-    let (mut smr, mut rmrs): (*mut c_void, Vec<*mut c_void>) = (null_mut(), vec![null_mut(); 8]);
-    // SAFETY: buffers outlive their registrations (deregistered below).
-    unsafe {
-        ok(
-            NET.regMr.unwrap()(p.send, sbuf.as_ptr() as *mut c_void, cap, 1, &mut smr),
-            "regMr send",
-        );
-        for (b, m) in rbufs.iter_mut().zip(rmrs.iter_mut()) {
-            ok(
-                NET.regMr.unwrap()(p.recv, b.as_mut_ptr().cast(), b.len(), 1, m),
-                "regMr recv",
-            );
-        }
-    }
+    let smr = reg(p.send, sbuf.as_ptr(), cap);
+    let rmrs: Vec<*mut c_void> = rbufs.iter_mut().map(|b| reg_buf(p.recv, b)).collect();
     let mut sbuf = sbuf;
     for (k, &size) in [0usize, 1, 4095, 4096, 65537, 1 << 20, 16 << 20]
         .iter()
@@ -46,96 +34,39 @@ fn transfer_sweep() {
     {
         let data = pattern(k as u32, size);
         sbuf[..size].copy_from_slice(&data);
-        let (mut rreq, mut sreq): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
-        let mut rdata = [rbufs[0].as_mut_ptr().cast::<c_void>()];
-        let mut rsizes = [(cap + 4096) as c_int];
-        let mut tags = [7];
-        let mut rm = [rmrs[0]];
-        // SAFETY: arrays of n=1; buffers registered.
-        unsafe {
-            while rreq.is_null() {
-                ok(
-                    NET.irecv.unwrap()(
-                        p.recv,
-                        1,
-                        rdata.as_mut_ptr(),
-                        rsizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        rm.as_mut_ptr(),
-                        &mut rreq,
-                    ),
-                    "irecv",
-                );
-            }
-            while sreq.is_null() {
-                ok(
-                    NET.isend.unwrap()(
-                        p.send,
-                        sbuf.as_mut_ptr().cast(),
-                        size as c_int,
-                        7,
-                        smr,
-                        &mut sreq,
-                    ),
-                    "isend",
-                );
-            }
-        }
-        let mut ss = [-1];
-        wait(sreq, &mut ss);
-        let mut rs = [-1];
-        wait(rreq, &mut rs);
+        let (sent, received) = transfer(
+            &p,
+            (sbuf.as_ptr(), smr, size),
+            (rbufs[0].as_mut_ptr(), rmrs[0], cap + 4096),
+            7,
+        );
+        let (ss, rs) = ([sent], [received]);
         assert_eq!(ss[0] as usize, size, "sender size");
         assert_eq!(rs[0] as usize, size, "receiver size");
         assert!(rbufs[0][..size] == data[..], "data mismatch at size {size}");
     }
     // A grouped receive of 8 buffers, sends in reverse tag order, sizes differ (one empty).
     let n = 8;
-    let mut rdata: Vec<*mut c_void> = rbufs.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
-    let mut rsizes = vec![65536 as c_int; n];
-    let mut tags: Vec<c_int> = (0..n as c_int).collect();
-    let mut rreq: *mut c_void = null_mut();
-    // SAFETY: arrays of n entries.
-    unsafe {
-        while rreq.is_null() {
-            ok(
-                NET.irecv.unwrap()(
-                    p.recv,
-                    n as c_int,
-                    rdata.as_mut_ptr(),
-                    rsizes.as_mut_ptr(),
-                    tags.as_mut_ptr(),
-                    rmrs.as_mut_ptr(),
-                    &mut rreq,
-                ),
-                "irecv group",
-            );
-        }
-    }
+    let group: Vec<RecvArg> = rbufs
+        .iter_mut()
+        .zip(&rmrs)
+        .enumerate()
+        .map(|(t, (b, &m))| (b.as_mut_ptr(), 65536, t as c_int, m))
+        .collect();
+    let rreq = post_irecv(p.recv, &group);
     let mut sreqs = Vec::new();
     let chunk = 65536;
     for t in (0..n).rev() {
         let size = if t == 3 { 0 } else { 1000 * (t + 1) };
         let data = pattern(100 + t as u32, size);
         sbuf[t * chunk..t * chunk + size].copy_from_slice(&data);
-        let mut req: *mut c_void = null_mut();
-        // SAFETY: the send buffer is registered.
-        unsafe {
-            while req.is_null() {
-                ok(
-                    NET.isend.unwrap()(
-                        p.send,
-                        sbuf.as_mut_ptr().add(t * chunk).cast(),
-                        size as c_int,
-                        t as c_int,
-                        smr,
-                        &mut req,
-                    ),
-                    "isend group",
-                );
-            }
-        }
-        sreqs.push(req);
+        sreqs.push(post_isend(
+            p.send,
+            sbuf[t * chunk..].as_ptr(),
+            size,
+            t as c_int,
+            smr,
+        ));
     }
     for r in sreqs {
         wait(r, &mut [0]);
@@ -170,52 +101,20 @@ fn child_flush() {
     let len = 1 << 16;
     let mut src = vec![7u8; len];
     let mut dst = vec![0u8; len];
-    let (mut smr, mut rmr): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
-    let (mut rreq, mut sreq, mut freq): (*mut c_void, *mut c_void, *mut c_void) =
-        (null_mut(), null_mut(), null_mut());
-    // SAFETY: table calls; buffers outlive their registrations.
+    let smr = reg_buf(p.send, &mut src);
+    let rmr = reg_buf(p.recv, &mut dst);
+    transfer(
+        &p,
+        (src.as_ptr(), smr, len),
+        (dst.as_mut_ptr(), rmr, len),
+        0,
+    );
+    let mut freq: *mut c_void = null_mut();
+    let mut d = [dst.as_mut_ptr().cast::<c_void>()];
+    let mut sz = [len as c_int];
+    let mut mh = [rmr];
+    // SAFETY: arrays of n = 1 naming the registered receive buffer.
     unsafe {
-        ok(
-            NET.regMr.unwrap()(p.send, src.as_mut_ptr().cast(), len, 1, &mut smr),
-            "regMr",
-        );
-        ok(
-            NET.regMr.unwrap()(p.recv, dst.as_mut_ptr().cast(), len, 1, &mut rmr),
-            "regMr",
-        );
-        let mut d = [dst.as_mut_ptr().cast::<c_void>()];
-        let mut sz = [len as c_int];
-        let mut tg = [0];
-        let mut mh = [rmr];
-        while rreq.is_null() {
-            ok(
-                NET.irecv.unwrap()(
-                    p.recv,
-                    1,
-                    d.as_mut_ptr(),
-                    sz.as_mut_ptr(),
-                    tg.as_mut_ptr(),
-                    mh.as_mut_ptr(),
-                    &mut rreq,
-                ),
-                "irecv",
-            );
-        }
-        while sreq.is_null() {
-            ok(
-                NET.isend.unwrap()(
-                    p.send,
-                    src.as_mut_ptr().cast(),
-                    len as c_int,
-                    0,
-                    smr,
-                    &mut sreq,
-                ),
-                "isend",
-            );
-        }
-        wait(sreq, &mut [0]);
-        wait(rreq, &mut [0]);
         ok(
             NET.iflush.unwrap()(
                 p.recv,
@@ -237,16 +136,6 @@ fn child_flush() {
     assert!(dst.iter().all(|b| *b == 7));
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-        .collect()
-}
-
 /// Child, listening side of a two-process connection: prints its handle, then accepts until the
 /// connection is made or refused; prints the outcome.
 fn child_listen() {
@@ -260,7 +149,7 @@ fn child_listen() {
             "listen",
         )
     };
-    println!("HANDLE {}", hex(&handle));
+    println!("HANDLE {}", Handle(handle).to_hex());
     use std::io::Write as _;
     std::io::stdout().flush().unwrap();
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
@@ -289,8 +178,9 @@ fn child_listen() {
 /// Child, connecting side: connects to the handle in `FERRO_PEER_HANDLE`; prints the outcome.
 fn child_connect() {
     let dev = test_dev();
-    let mut handle = [0u8; 128];
-    handle.copy_from_slice(&unhex(&std::env::var("FERRO_PEER_HANDLE").unwrap()));
+    let mut handle = Handle::from_hex(&std::env::var("FERRO_PEER_HANDLE").unwrap())
+        .unwrap()
+        .0;
     let mut send: *mut c_void = null_mut();
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
     while send.is_null() && Instant::now() < deadline {

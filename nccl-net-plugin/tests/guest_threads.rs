@@ -7,8 +7,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use core::ffi::{c_int, c_void};
-use ferro_ffi::{NCCL_PTR_HOST, ncclResult_t};
+use core::ffi::c_void;
+use ferro_ffi::ncclResult_t;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -24,16 +24,6 @@ struct P(*mut c_void);
 // SAFETY: the plugin documents its comms as usable from any thread; the tests never use one comm's
 // request from two threads at once.
 unsafe impl Send for P {}
-
-fn reg(comm: *mut c_void, p: *mut u8, len: usize) -> *mut c_void {
-    let mut m: *mut c_void = null_mut();
-    // SAFETY: the caller keeps the buffer alive until it deregisters.
-    ok(
-        unsafe { NET.regMr.unwrap()(comm, p.cast(), len, NCCL_PTR_HOST, &mut m) },
-        "regMr",
-    );
-    m
-}
 
 #[test]
 fn many_comms_many_threads_with_concurrent_registration() {
@@ -51,55 +41,17 @@ fn many_comms_many_threads_with_concurrent_registration() {
             let m = reg(s.0, buf.as_mut_ptr(), LEN);
             for i in 0..ITERS {
                 buf.copy_from_slice(&pattern((k * 1000 + i) as u32, LEN));
-                let mut req: *mut c_void = null_mut();
-                while req.is_null() {
-                    // SAFETY: registered buffer, comm of this test.
-                    ok(
-                        unsafe {
-                            NET.isend.unwrap()(
-                                s.0,
-                                buf.as_mut_ptr().cast(),
-                                LEN as c_int,
-                                3,
-                                m,
-                                &mut req,
-                            )
-                        },
-                        "isend",
-                    );
-                }
+                let req = post_isend(s.0, buf.as_ptr(), LEN, 3, m);
                 wait(req, &mut [0]);
             }
-            // SAFETY: m from regMr on this comm.
-            ok(unsafe { NET.deregMr.unwrap()(s.0, m) }, "deregMr");
+            dereg(s.0, m);
         }));
         threads.push(std::thread::spawn(move || {
             let r = r;
             let mut buf = vec![0u8; LEN];
             let m = reg(r.0, buf.as_mut_ptr(), LEN);
             for i in 0..ITERS {
-                let mut req: *mut c_void = null_mut();
-                let mut d = [buf.as_mut_ptr().cast::<c_void>()];
-                let mut sz = [LEN as c_int];
-                let mut tg = [3];
-                let mut mh = [m];
-                while req.is_null() {
-                    // SAFETY: arrays of n = 1; registered buffer.
-                    ok(
-                        unsafe {
-                            NET.irecv.unwrap()(
-                                r.0,
-                                1,
-                                d.as_mut_ptr(),
-                                sz.as_mut_ptr(),
-                                tg.as_mut_ptr(),
-                                mh.as_mut_ptr(),
-                                &mut req,
-                            )
-                        },
-                        "irecv",
-                    );
-                }
+                let req = post_irecv(r.0, &[(buf.as_mut_ptr(), LEN, 3, m)]);
                 let mut got = [0];
                 wait(req, &mut got);
                 assert_eq!(got[0] as usize, LEN);
@@ -108,8 +60,7 @@ fn many_comms_many_threads_with_concurrent_registration() {
                     "comm {k} message {i} corrupted"
                 );
             }
-            // SAFETY: m from regMr on this comm.
-            ok(unsafe { NET.deregMr.unwrap()(r.0, m) }, "deregMr");
+            dereg(r.0, m);
         }));
     }
     // Registration churn on the same comms while they move data.
@@ -162,48 +113,10 @@ fn failed_work_completion_is_reported_with_its_cause_and_sticks() {
     let mut dst = vec![0u8; len + 4096];
     let smr = reg(p.send, src.as_mut_ptr(), len);
     let rmr = reg(p.recv, dst.as_mut_ptr(), dst.len());
-    let mut rreq: *mut c_void = null_mut();
-    let mut d = [dst.as_mut_ptr().cast::<c_void>()];
-    let mut sz = [len as c_int];
-    let mut tg = [0];
-    let mut mh = [rmr];
-    // SAFETY: table calls with valid arrays; the receive buffer stays allocated (only its
-    // registration goes away, which is the fault being injected).
-    unsafe {
-        while rreq.is_null() {
-            ok(
-                NET.irecv.unwrap()(
-                    p.recv,
-                    1,
-                    d.as_mut_ptr(),
-                    sz.as_mut_ptr(),
-                    tg.as_mut_ptr(),
-                    mh.as_mut_ptr(),
-                    &mut rreq,
-                ),
-                "irecv",
-            );
-        }
-        // The receiver withdraws the memory: the sender's RDMA write must fail remotely.
-        ok(NET.deregMr.unwrap()(p.recv, rmr), "deregMr");
-    }
-    let mut sreq: *mut c_void = null_mut();
-    // SAFETY: registered send buffer.
-    unsafe {
-        while sreq.is_null() {
-            ok(
-                NET.isend.unwrap()(
-                    p.send,
-                    src.as_mut_ptr().cast(),
-                    len as c_int,
-                    0,
-                    smr,
-                    &mut sreq,
-                ),
-                "isend",
-            );
-        }
-    }
+    let _posted = post_irecv(p.recv, &[(dst.as_mut_ptr(), len, 0, rmr)]);
+    // The receiver withdraws the memory: the sender's RDMA write must fail remotely.
+    dereg(p.recv, rmr);
+    let sreq = post_isend(p.send, src.as_ptr(), len, 0, smr);
     let deadline = Instant::now() + Duration::from_secs(60);
     let code = loop {
         let mut done = 0;

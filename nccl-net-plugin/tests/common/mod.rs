@@ -1,39 +1,51 @@
-//! Helpers shared by the guest tests: drive the plugin through its exported table, as NCCL does.
+//! Helpers shared by the in-process guest tests. They drive the plugin's table linked into the
+//! test binary through the shared client (`ferro-client`, the same client the dlopen harness and
+//! the benchmark use) for setup, and through thin raw-pointer wrappers for the data path (tests
+//! that count allocations or deliberately misuse the table need the raw calls).
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
-use ferro_ffi::{ncclNetProperties_v8_t, ncclResult_t};
+use ferro_client::Net;
+use ferro_client::net::Comm as _;
+use ferro_ffi::ncclResult_t;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use std::ptr::null_mut;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+#[allow(
+    unused_imports,
+    reason = "used by some of the test binaries that include this module"
+)]
+pub use ferro_client::Handle;
 
 pub fn ok(r: ncclResult_t, what: &str) {
     assert_eq!(r, ncclResult_t::Success, "{what}");
 }
 
-/// The device under test: `FERRO_TEST_DEV` (default rxe0).
+/// The linked table, through the shared client.
+pub fn net() -> &'static Net {
+    static N: OnceLock<Net> = OnceLock::new();
+    N.get_or_init(|| Net::linked(&NET))
+}
+
+/// The device under test: `FERRO_TEST_DEV` (default rxe0). `init` without a logger, so the
+/// plugin's lines go to stderr (tests read them from child processes).
 pub fn test_dev() -> c_int {
     let want = std::env::var("FERRO_TEST_DEV").unwrap_or_else(|_| "rxe0".into());
     assert!(
         std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
         "needs the soft-RoCE guest (run the README's test command)"
     );
-    // SAFETY: calling the plugin's own table as NCCL would.
-    unsafe {
-        ok(NET.init.unwrap()(None), "init");
-        let mut n = 0;
-        ok(NET.devices.unwrap()(&mut n), "devices");
-        for d in 0..n {
-            let mut p: ncclNetProperties_v8_t = std::mem::zeroed();
-            ok(NET.getProperties.unwrap()(d, &mut p), "props");
-            if std::ffi::CStr::from_ptr(p.name).to_bytes() == want.as_bytes() {
-                return d;
-            }
-        }
+    if let Err(code) = net().init_with(None) {
+        panic!("init returned {code:?}");
     }
-    panic!("{want} not among the plugin's devices");
+    net()
+        .device_by_name(&want)
+        .unwrap_or_else(|e| panic!("{want}: {e}"))
 }
 
+/// A connected send/receive comm pair on one device, and the listen comm.
 pub struct Pair {
     pub send: *mut c_void,
     pub recv: *mut c_void,
@@ -41,36 +53,18 @@ pub struct Pair {
 }
 
 pub fn pair(dev: c_int) -> Pair {
-    let mut handle = [0u8; 128];
-    let mut listen: *mut c_void = null_mut();
-    let (mut s, mut r): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    // SAFETY: table calls with valid out-pointers.
-    unsafe {
-        ok(
-            NET.listen.unwrap()(dev, handle.as_mut_ptr().cast(), &mut listen),
-            "listen",
-        );
-        while s.is_null() || r.is_null() {
-            assert!(Instant::now() < deadline, "connect/accept did not finish");
-            if s.is_null() {
-                ok(
-                    NET.connect.unwrap()(dev, handle.as_mut_ptr().cast(), &mut s, null_mut()),
-                    "connect",
-                );
-            }
-            if r.is_null() {
-                ok(NET.accept.unwrap()(listen, &mut r, null_mut()), "accept");
-            }
-        }
-    }
+    let (mut handle, listen) = net().listen(dev).expect("listen");
+    let (s, r) = net()
+        .connect_accept_blocking(dev, &mut handle, &listen, Duration::from_secs(60))
+        .expect("connect/accept");
     Pair {
-        send: s,
-        recv: r,
-        listen,
+        send: s.as_ptr(),
+        recv: r.as_ptr(),
+        listen: listen.as_ptr(),
     }
 }
 
+/// Tests `req` until done, with `sizes` as `test`'s sizes array.
 pub fn wait(req: *mut c_void, sizes: &mut [c_int]) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut done = 0;
@@ -93,4 +87,144 @@ pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
                 .to_le_bytes()[1]
         })
         .collect()
+}
+
+/// Registers `len` bytes at `p` (host memory) on `comm`.
+pub fn reg(comm: *mut c_void, p: *const u8, len: usize) -> *mut c_void {
+    let mut mh = null_mut();
+    // SAFETY: the caller keeps the buffer alive until it deregisters.
+    ok(
+        unsafe { NET.regMr.unwrap()(comm, p.cast_mut().cast(), len, 1, &mut mh) },
+        "regMr",
+    );
+    mh
+}
+
+/// Registers a whole buffer on `comm`.
+pub fn reg_buf(comm: *mut c_void, buf: &mut [u8]) -> *mut c_void {
+    reg(comm, buf.as_ptr(), buf.len())
+}
+
+pub fn dereg(comm: *mut c_void, mh: *mut c_void) {
+    // SAFETY: mh came from regMr on this comm.
+    ok(unsafe { NET.deregMr.unwrap()(comm, mh) }, "deregMr");
+}
+
+/// One buffer of a receive: address, size, tag, memory handle.
+pub type RecvArg = (*mut u8, usize, c_int, *mut c_void);
+
+/// One `irecv` call: its result code and request (NULL: retry).
+pub fn try_irecv(comm: *mut c_void, bufs: &[RecvArg]) -> (ncclResult_t, *mut c_void) {
+    let mut data: Vec<*mut c_void> = bufs.iter().map(|b| b.0.cast()).collect();
+    let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.1 as c_int).collect();
+    let mut tags: Vec<c_int> = bufs.iter().map(|b| b.2).collect();
+    let mut mhs: Vec<*mut c_void> = bufs.iter().map(|b| b.3).collect();
+    let mut req = null_mut();
+    // SAFETY: arrays of n elements; buffers registered.
+    let r = unsafe {
+        NET.irecv.unwrap()(
+            comm,
+            bufs.len() as c_int,
+            data.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            tags.as_mut_ptr(),
+            mhs.as_mut_ptr(),
+            &mut req,
+        )
+    };
+    (r, req)
+}
+
+/// One `isend` call: its result code and request (NULL: retry).
+pub fn try_isend(
+    comm: *mut c_void,
+    data: *const u8,
+    size: usize,
+    tag: c_int,
+    mh: *mut c_void,
+) -> (ncclResult_t, *mut c_void) {
+    let mut req = null_mut();
+    // SAFETY: the buffer is registered under mh.
+    let r = unsafe {
+        NET.isend.unwrap()(
+            comm,
+            data.cast_mut().cast(),
+            size as c_int,
+            tag,
+            mh,
+            &mut req,
+        )
+    };
+    (r, req)
+}
+
+/// `irecv` until it gives a request.
+pub fn post_irecv(comm: *mut c_void, bufs: &[RecvArg]) -> *mut c_void {
+    loop {
+        let (r, req) = try_irecv(comm, bufs);
+        ok(r, "irecv");
+        if !req.is_null() {
+            return req;
+        }
+    }
+}
+
+/// `isend` until it gives a request.
+pub fn post_isend(
+    comm: *mut c_void,
+    data: *const u8,
+    size: usize,
+    tag: c_int,
+    mh: *mut c_void,
+) -> *mut c_void {
+    loop {
+        let (r, req) = try_isend(comm, data, size, tag, mh);
+        ok(r, "isend");
+        if !req.is_null() {
+            return req;
+        }
+    }
+}
+
+/// One `test` call: its result code, and the sizes when done.
+pub fn try_test(req: *mut c_void) -> (ncclResult_t, Option<[c_int; 8]>) {
+    let mut done = 0;
+    let mut sizes = [0 as c_int; 8];
+    // SAFETY: req came from isend/irecv and was not yet reported done.
+    let r = unsafe { NET.test.unwrap()(req, &mut done, sizes.as_mut_ptr()) };
+    (r, (done != 0).then_some(sizes))
+}
+
+/// One message of `send_len` bytes from `sbuf` into a receive of `recv_len` bytes at `rbuf`
+/// with `tag`: post both, wait for both; returns the sizes the two sides report.
+pub fn transfer(
+    p: &Pair,
+    (sbuf, smh, send_len): (*const u8, *mut c_void, usize),
+    (rbuf, rmh, recv_len): (*mut u8, *mut c_void, usize),
+    tag: c_int,
+) -> (c_int, c_int) {
+    let rreq = post_irecv(p.recv, &[(rbuf, recv_len, tag, rmh)]);
+    let sreq = post_isend(p.send, sbuf, send_len, tag, smh);
+    let mut sizes = [0 as c_int; 8];
+    wait(sreq, &mut sizes);
+    let sent = sizes[0];
+    wait(rreq, &mut sizes);
+    (sent, sizes[0])
+}
+
+/// Closes the pair's comms.
+pub fn close(p: &Pair) {
+    // SAFETY: comms of this pair, closed once.
+    unsafe {
+        ok(NET.closeSend.unwrap()(p.send), "closeSend");
+        ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
+        ok(NET.closeListen.unwrap()(p.listen), "closeListen");
+    }
+}
+
+/// Deregisters the pair's two buffers and closes the pair.
+pub fn release(p: &Pair, smh: *mut c_void, rmh: *mut c_void) {
+    dereg(p.send, smh);
+    dereg(p.recv, rmh);
+    close(p);
 }
