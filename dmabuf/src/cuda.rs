@@ -14,6 +14,7 @@
 //! DMA-BUF (NCCL also requires driver 11.7 for it) and as "unknown" for GPUDirect RDMA.
 
 use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use ferro_verbs::loader::dl_error;
 use std::ffi::CString;
 use std::fmt;
 
@@ -80,20 +81,6 @@ type CuDeviceGetFn = unsafe extern "C" fn(device: *mut c_int, ordinal: c_int) ->
 type CuDeviceGetAttributeFn =
     unsafe extern "C" fn(value: *mut c_int, attrib: c_int, device: c_int) -> c_int;
 type CuGetErrorNameFn = unsafe extern "C" fn(error: c_int, name: *mut *const c_char) -> c_int;
-
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a thread-local NUL-terminated message valid until the next
-    // dl* call on this thread; it is copied before any other dl* call.
-    let msg = unsafe { libc::dlerror() };
-    if msg.is_null() {
-        "unknown dlopen error".into()
-    } else {
-        // SAFETY: non-NULL and NUL-terminated (see above).
-        unsafe { CStr::from_ptr(msg) }
-            .to_string_lossy()
-            .into_owned()
-    }
-}
 
 fn sym(handle: *mut c_void, name: &str) -> Option<*mut c_void> {
     let c = CString::new(name).ok()?;

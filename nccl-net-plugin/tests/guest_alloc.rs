@@ -8,7 +8,6 @@
 use core::ffi::{c_int, c_void};
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::process::Command;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -109,7 +108,7 @@ fn exchange(p: &Pair, n: usize, bufs: &mut [[u8; LEN]; 2 * MAX_N], mhs: &[*mut c
     }
 }
 
-fn child() {
+fn measure() {
     let p = pair(test_dev());
     let mut bufs = Box::new([[7u8; LEN]; 2 * MAX_N]);
     let mut smh: *mut c_void = null_mut();
@@ -150,31 +149,25 @@ fn child() {
 
 #[test]
 fn steady_state_messages_allocate_nothing_for_single_and_grouped_receives() {
-    if std::env::var("FERRO_ALLOC_CHILD").is_ok() {
-        return child();
+    if std::env::var(CHILD_ROLE).as_deref() == Ok("alloc") {
+        return measure();
     }
     assert!(
         std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
         "needs the soft-RoCE guest (run the README's test command)"
     );
     for (qps, split) in [("1", "0"), ("4", "0"), ("4", "1")] {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "steady_state_messages_allocate_nothing_for_single_and_grouped_receives",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("FERRO_ALLOC_CHILD", "1")
-            .env("NCCL_IB_QPS_PER_CONNECTION", qps)
-            .env("NCCL_IB_SPLIT_DATA_ON_QPS", split)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = child(
+            "steady_state_messages_allocate_nothing_for_single_and_grouped_receives",
+            "alloc",
+            &[
+                ("NCCL_IB_QPS_PER_CONNECTION", qps),
+                ("NCCL_IB_SPLIT_DATA_ON_QPS", split),
+            ],
+        )
+        .output()
+        .unwrap();
+        let text = text(&out);
         for l in text.lines().filter(|l| l.contains("ALLOCS")) {
             println!(
                 "QPs {qps} split {split}: {}",

@@ -16,37 +16,17 @@ use ferro_ffi::ncclResult_t;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use std::collections::VecDeque;
 use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
 mod common;
 use common::*;
 
-const CHILD: &str = "FERRO_FAULTS_CHILD";
+const CHILD: &str = CHILD_ROLE;
 
 // ---------------------------------------------------------------------------------------------
 // Child processes
-
-/// This test binary, running only `test` as `role`, with `env`.
-fn child(test: &str, role: &str, env: &[(&str, &str)]) -> Command {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(CHILD, role)
-        .env("FERRO_LOG_STDERR", "1");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// Reads the child's stdout until a line containing `word`; returns what follows it.
 fn read_until(child: &mut Child, lines: &mut impl Iterator<Item = String>, word: &str) -> String {

@@ -95,9 +95,7 @@ fn devices_advertise_host_memory_only_and_refuse_gpu_registrations() {
         );
         assert!(req.is_null(), "host memory needs no flush");
         dereg(p.recv, rm);
-        ok(NET.closeSend.unwrap()(p.send), "closeSend");
-        ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
-        ok(NET.closeListen.unwrap()(p.listen), "closeListen");
+        close(&p);
     }
 }
 
@@ -167,10 +165,5 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     dereg(p.recv, big_mr);
     dereg(p.send, smr);
     assert_eq!(mrs(), before);
-    // SAFETY: closing what we opened.
-    unsafe {
-        ok(NET.closeSend.unwrap()(p.send), "closeSend");
-        ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
-        ok(NET.closeListen.unwrap()(p.listen), "closeListen");
-    }
+    close(&p);
 }

@@ -87,9 +87,7 @@ fn transfer_sweep() {
         for m in rmrs {
             ok(NET.deregMr.unwrap()(p.recv, m), "dereg");
         }
-        ok(NET.closeSend.unwrap()(p.send), "closeSend");
-        ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
-        ok(NET.closeListen.unwrap()(p.listen), "closeListen");
+        close(&p);
     }
 }
 

@@ -95,12 +95,7 @@ fn many_comms_many_threads_with_concurrent_registration() {
         pairs.len()
     );
     for p in pairs {
-        // SAFETY: closing what we opened.
-        unsafe {
-            ok(NET.closeSend.unwrap()(p.send), "closeSend");
-            ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
-            ok(NET.closeListen.unwrap()(p.listen), "closeListen");
-        }
+        close(&p);
     }
 }
 
@@ -146,8 +141,6 @@ fn failed_work_completion_is_reported_with_its_cause_and_sticks() {
     // SAFETY: closing what we opened, with the receive still in flight.
     unsafe {
         ok(NET.deregMr.unwrap()(p.send, smr), "deregMr");
-        ok(NET.closeSend.unwrap()(p.send), "closeSend");
-        ok(NET.closeRecv.unwrap()(p.recv), "closeRecv");
-        ok(NET.closeListen.unwrap()(p.listen), "closeListen");
+        close(&p);
     }
 }

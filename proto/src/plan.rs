@@ -126,36 +126,30 @@ pub fn plan_group_into(
         rkey: sizes.rkey,
         imm: Some(imm),
     };
+    // A chunk of an item as a write on its QP.
+    let chunk = |it: &SendItem, qp: usize, off: u32, len: u32, imm: Option<u32>| Write {
+        qp,
+        local_addr: it.addr + u64::from(off),
+        lkey: it.lkey,
+        len,
+        remote_addr: it.remote_addr + u64::from(off),
+        rkey: it.rkey,
+        imm,
+    };
     if let [one] = items {
         for (qp, off, len) in chunks_of(one, &qps, nqps, split) {
-            if len == 0 {
-                w.push(empty(qp, 0));
+            w.push(if len == 0 {
+                empty(qp, 0)
             } else {
-                w.push(Write {
-                    qp,
-                    local_addr: one.addr + u64::from(off),
-                    lkey: one.lkey,
-                    len,
-                    remote_addr: one.remote_addr + u64::from(off),
-                    rkey: one.rkey,
-                    imm: Some(len),
-                });
-            }
+                chunk(one, qp, off, len, Some(len))
+            });
         }
         return;
     }
     for it in items {
         for (qp, off, len) in chunks_of(it, &qps, nqps, split) {
             if len > 0 {
-                w.push(Write {
-                    qp,
-                    local_addr: it.addr + u64::from(off),
-                    lkey: it.lkey,
-                    len,
-                    remote_addr: it.remote_addr + u64::from(off),
-                    rkey: it.rkey,
-                    imm: None,
-                });
+                w.push(chunk(it, qp, off, len, None));
             }
         }
     }

@@ -208,7 +208,8 @@ pub fn verbs() -> Result<&'static Verbs, &'static LoadError> {
         .as_ref()
 }
 
-fn dl_error() -> String {
+/// The text of `dlerror()` (the last dynamic-loader error on this thread), or a placeholder.
+pub fn dl_error() -> String {
     // SAFETY: dlerror returns NULL or a pointer to a thread-local NUL-terminated message, valid
     // until the next dl* call on this thread; it is copied before any other dl* call.
     let msg = unsafe { libc::dlerror() };

@@ -9,6 +9,7 @@ use ferro_client::Net;
 use ferro_client::net::Comm as _;
 use ferro_ffi::ncclResult_t;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
+use std::process::{Command, Output};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -227,4 +228,29 @@ pub fn release(p: &Pair, smh: *mut c_void, rmh: *mut c_void) {
     dereg(p.send, smh);
     dereg(p.recv, rmh);
     close(p);
+}
+
+/// The variable that tells a child process of a test binary which role to play.
+pub const CHILD_ROLE: &str = "FERRO_TEST_CHILD";
+
+/// This test binary, running only `test` as `role` (in `CHILD_ROLE`), with `env`; the plugin's
+/// INFO lines go to stderr.
+pub fn child(test: &str, role: &str, env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROLE, role)
+        .env("FERRO_LOG_STDERR", "1");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+/// A finished child's stdout and stderr, one after the other.
+pub fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }

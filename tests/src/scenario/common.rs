@@ -102,6 +102,34 @@ pub fn check_received(
     Ok(())
 }
 
+/// Receives one message of `len` bytes (pattern `seed`) into `buf[0..cap]` with [`TAG`], after
+/// filling the buffer with the canary, and checks it (see [`check_received`]).
+#[allow(clippy::too_many_arguments)] // the receive's own fields plus what to expect
+pub fn recv_checked(
+    net: &Net,
+    comm: &RecvComm,
+    buf: &Buffer,
+    cap: usize,
+    mr: &Mr,
+    len: usize,
+    seed: u64,
+    what: &str,
+) -> HResult<()> {
+    buf.fill_byte(0, cap, CANARY);
+    let got = recv_wait(
+        net,
+        RecvOp {
+            comm,
+            buf,
+            off: 0,
+            cap,
+            tag: TAG,
+            mr,
+        },
+    )?;
+    check_received(buf, 0, cap, got, len, seed, what)
+}
+
 /// Posts a receive and a send and drives both to completion together (neither side of a ring
 /// may wait for one before posting the other). Returns (sent, received) sizes.
 pub fn exchange(

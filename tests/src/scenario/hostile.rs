@@ -33,23 +33,12 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
             let (rc, n) = net.accept_blocking_counted(ctx.listen()?, CONNECT_TIMEOUT)?;
             retries.push(n);
             let mr = net.reg_host(&rc, &buf).call("regMr")?;
-            buf.fill_byte(0, cap, CANARY);
-            let got = recv_wait(
+            recv_checked(
                 net,
-                RecvOp {
-                    comm: &rc,
-                    buf: &buf,
-                    off: 0,
-                    cap,
-                    tag: TAG,
-                    mr: &mr,
-                },
-            )?;
-            check_received(
+                &rc,
                 &buf,
-                0,
                 cap,
-                got,
+                &mr,
                 LEN,
                 seed(&[id, c as u64]),
                 &format!("real connection {c}"),

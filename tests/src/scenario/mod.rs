@@ -368,8 +368,12 @@ pub fn one_line(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
+    /// A command line as the argument vector the parser gets.
+    fn args(line: &str) -> Vec<String> {
+        line.split(' ')
+            .filter(|w| !w.is_empty())
+            .map(String::from)
+            .collect()
     }
 
     #[test]

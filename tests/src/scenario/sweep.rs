@@ -39,23 +39,12 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
             let buf = Buffer::new(cap)?;
             let mr = net.reg_host(rc, &buf).call("regMr")?;
             for it in 0..iterations(size) {
-                buf.fill_byte(0, cap, CANARY);
-                let got = recv_wait(
+                recv_checked(
                     net,
-                    RecvOp {
-                        comm: rc,
-                        buf: &buf,
-                        off: 0,
-                        cap,
-                        tag: TAG,
-                        mr: &mr,
-                    },
-                )?;
-                check_received(
+                    rc,
                     &buf,
-                    0,
                     cap,
-                    got,
+                    &mr,
                     size,
                     seed(&[id, size as u64, it as u64, 0]),
                     &format!("size {size} iteration {it}"),
