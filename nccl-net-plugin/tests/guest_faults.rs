@@ -635,6 +635,8 @@ impl Drop for LinkUp {
 }
 
 fn ip_link(state: &str) {
+    // Keep the IPv6 address (and so rxe1's IPv6 GID) while the link is down.
+    let _ = std::fs::write("/proc/sys/net/ipv6/conf/dummy1/keep_addr_on_down", "1");
     let s = Command::new("ip")
         .args(["link", "set", "dummy1", state])
         .status()
