@@ -13,29 +13,12 @@
 //!   until the time target is reached.
 
 use crate::error::{Error, Result};
+use crate::model::{LatStats, Mode, Row};
 use crate::net::Req;
-use crate::report::{LatStats, Row, fmt_size};
 use crate::session::{Cmd, IdleWatch, Session, TAG_DATA, wait_for};
+use crate::units::fmt_size;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-
-/// What the server measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Bw,
-    Lat,
-    Rate,
-}
-
-impl Mode {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Mode::Bw => "bw",
-            Mode::Lat => "lat",
-            Mode::Rate => "rate",
-        }
-    }
-}
 
 /// The server's plan.
 #[derive(Debug, Clone)]

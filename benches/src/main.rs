@@ -7,13 +7,16 @@ mod bench;
 mod buf;
 mod compare;
 mod error;
+mod model;
 mod net;
 mod report;
 mod session;
+mod units;
 
-use bench::{Mode, Plan};
+use bench::Plan;
 use error::{Context as _, Error, Result};
-use report::{Meta, parse_size};
+use model::Meta;
+use model::Mode;
 use session::{PeerCheck, WaitCfg};
 use std::cell::RefCell;
 use std::io::Write as _;
@@ -23,6 +26,7 @@ use std::rc::Rc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use units::parse_size;
 
 const USAGE: &str = "\
 ferro-bench: micro-benchmark of an ncclNet v8 plugin between two processes

@@ -351,8 +351,8 @@ impl<'n> Session<'n> {
         crate::progress(&format!(
             "{}: registered data buffers ({} to send, {} to receive) in {:.2} s",
             self.role_name(),
-            crate::report::fmt_size(send_bytes),
-            crate::report::fmt_size(recv_bytes),
+            crate::units::fmt_size(send_bytes),
+            crate::units::fmt_size(recv_bytes),
             t.elapsed().as_secs_f64()
         ));
         Ok(())
