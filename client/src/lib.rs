@@ -4,13 +4,15 @@
 //! - [`loader`]: `dlopen(path, RTLD_NOW|RTLD_LOCAL)` and `dlsym("ncclNetPlugin_v8")`, as NCCL
 //!   loads a plugin, with `dlerror` text in the errors.
 //! - [`net`]: [`net::Net`], a typed wrapper per table entry (over a loaded table, or over a table
-//!   linked into the process), plus blocking helpers with deadlines.
+//!   linked into the process);
+//! - [`blocking`]: blocking helpers with deadlines over those calls, and the polling they share.
 //! - [`handle`]: the 128-byte listen handle, its documented fixed prefix and its hex form (how
 //!   processes pass it to each other).
 //! - [`buffer`]: page-aligned, never-freed memory for registrations, with pattern fill/verify.
 //! - [`logger`]: NCCL's variadic logger, written in C (`csrc/logger.c`), recording every line.
 //! - [`error`]: a failed call, a deadline that passed, or a failed check.
 
+pub mod blocking;
 pub mod buffer;
 pub mod error;
 pub mod handle;
