@@ -132,27 +132,27 @@ pub(crate) fn to_csv(meta: &Meta, rows: &[Row]) -> String {
         let l = r.lat;
         let lf =
             |f: fn(&LatStats) -> f64| l.as_ref().map_or(String::new(), |l| format!("{}", f(l)));
-        let _ = writeln!(
-            o,
-            "ferro-bench,{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            meta.mode.name(),
-            r.size,
-            r.count,
-            r.elapsed_s,
-            r.time_us,
-            r.algbw_gbs,
-            r.msg_rate,
+        let window = if r.mode == Mode::Lat { 1 } else { meta.window };
+        let fields = [
+            meta.mode.name().to_string(),
+            r.size.to_string(),
+            r.count.to_string(),
+            r.elapsed_s.to_string(),
+            r.time_us.to_string(),
+            r.algbw_gbs.to_string(),
+            r.msg_rate.to_string(),
             lf(|l| l.median_us),
             lf(|l| l.p99_us),
             lf(|l| l.min_us),
             lf(|l| l.avg_us),
             lf(|l| l.max_us),
-            if r.mode == Mode::Lat { 1 } else { meta.window },
-            meta.qps,
-            meta.split,
+            window.to_string(),
+            meta.qps.to_string(),
+            meta.split.to_string(),
             meta.dev.replace(',', " "),
-            label
-        );
+            label.clone(),
+        ];
+        let _ = writeln!(o, "ferro-bench,{}", fields.join(","));
     }
     o
 }

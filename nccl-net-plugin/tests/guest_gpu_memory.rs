@@ -114,17 +114,15 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     let mut src = vec![0u8; 1 << 20];
 
     let before = mrs();
+    // The live registrations now, compared with what the step should leave.
+    let live = |added: i64, why: &str| assert_eq!(mrs(), before + added, "{why}");
     let smr = reg(p.send, src.as_ptr(), src.len());
     let big_mr = reg(p.recv, big.as_ptr(), big.len());
-    assert_eq!(mrs(), before + 2);
+    live(2, "registrations after this step");
     // A sub-range of a registered range costs no registration ...
     let sub = big[8192..].as_mut_ptr();
     let sub_mr = reg(p.recv, sub, 65536);
-    assert_eq!(
-        mrs(),
-        before + 2,
-        "sub-range must reuse the cached registration"
-    );
+    live(2, "sub-range must reuse the cached registration");
     // ... and data lands correctly through it.
     send_and_check(&p, src.as_mut_ptr(), smr, sub, sub_mr, &pattern(1, 65536));
     // Two small buffers in one page: one registration, both usable.
@@ -133,11 +131,7 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     let y = unsafe { page.as_mut_ptr().add(2000) };
     let x_mr = reg(p.recv, x, 100);
     let y_mr = reg(p.recv, y, 100);
-    assert_eq!(
-        mrs(),
-        before + 3,
-        "two buffers in one page share a registration"
-    );
+    live(3, "two buffers in one page share a registration");
     send_and_check(&p, src.as_mut_ptr(), smr, y, y_mr, &pattern(2, 100));
     send_and_check(&p, src.as_mut_ptr(), smr, x, x_mr, &pattern(3, 100));
     // SAFETY: y points at 100 bytes inside the page.
@@ -148,12 +142,12 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     );
     // Deregistration happens when the last reference goes.
     dereg(p.recv, x_mr);
-    assert_eq!(mrs(), before + 3);
+    live(3, "registrations after this step");
     send_and_check(&p, src.as_mut_ptr(), smr, y, y_mr, &pattern(4, 100));
     dereg(p.recv, y_mr);
-    assert_eq!(mrs(), before + 2);
+    live(2, "registrations after this step");
     dereg(p.recv, sub_mr);
-    assert_eq!(mrs(), before + 2, "the big range is still referenced");
+    live(2, "the big range is still referenced");
     send_and_check(
         &p,
         src.as_mut_ptr(),
@@ -164,6 +158,6 @@ fn registration_cache_reuses_subranges_and_shared_pages_with_correct_data() {
     );
     dereg(p.recv, big_mr);
     dereg(p.send, smr);
-    assert_eq!(mrs(), before);
+    live(0, "every registration released");
     close(&p);
 }
