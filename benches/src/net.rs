@@ -7,6 +7,7 @@
 
 use crate::error::{Error, Result};
 use core::ffi::{CStr, c_char, c_int, c_void};
+use ferro_client::raw;
 use ferro_ffi::{
     NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST, ncclNet_v8_t, ncclNetProperties_v8_t, ncclResult_t,
 };
@@ -49,6 +50,15 @@ pub(crate) struct Net {
     table: ncclNet_v8_t,
     pub(crate) path: PathBuf,
     pub(crate) name: String,
+}
+
+/// A raw call's result with the call named in the error.
+fn called<T>(r: raw::NetResult<T>, what: &str) -> Result<T> {
+    r.map_err(|code| {
+        Error::new(format!(
+            "plugin call {what} failed with {code:?} (see the plugin's WARN lines above)"
+        ))
+    })
 }
 
 fn check(r: ncclResult_t, what: &str) -> Result<()> {
@@ -193,18 +203,14 @@ impl Net {
     /// `[data, data + len)` must stay allocated until the registration is released with
     /// [`Net::dereg_mr`] (or the process ends).
     pub(crate) unsafe fn reg_mr(&self, c: Comm, data: *mut u8, len: usize) -> Result<Mr> {
-        let f = fnptr!(self, regMr);
-        let mut m = null_mut();
-        // SAFETY: c is a live comm; the caller keeps the memory alive; m is an out-pointer.
-        let r = unsafe { f(c.0, data.cast(), len, NCCL_PTR_HOST, &mut m) };
-        check(r, "regMr")?;
-        Ok(Mr(m))
+        // SAFETY: c is a live comm; the caller keeps the memory alive.
+        let m = unsafe { raw::reg_mr(&self.table, c.0, data.cast(), len, NCCL_PTR_HOST) };
+        Ok(Mr(called(m, "regMr")?))
     }
 
     pub(crate) fn dereg_mr(&self, c: Comm, m: Mr) -> Result<()> {
-        let f = fnptr!(self, deregMr);
         // SAFETY: m was registered with c and has no request in flight (caller's protocol).
-        check(unsafe { f(c.0, m.0) }, "deregMr")
+        called(unsafe { raw::dereg_mr(&self.table, c.0, m.0) }, "deregMr")
     }
 
     /// `isend`; `None` when the plugin cannot take it yet (no matching receive posted).
@@ -220,13 +226,13 @@ impl Net {
         tag: c_int,
         m: Mr,
     ) -> Result<Option<Req>> {
-        let f = fnptr!(self, isend);
         let size = c_int::try_from(size)
             .map_err(|_| Error::new(format!("message size {size} does not fit a C int")))?;
-        let mut r = null_mut();
-        // SAFETY: per this function's contract; r is a valid out-pointer.
-        let rc = unsafe { f(c.0, data.cast(), size, tag, m.0, &mut r) };
-        check(rc, "isend")?;
+        // SAFETY: per this function's contract.
+        let r = called(
+            unsafe { raw::isend(&self.table, c.0, data.cast(), size, tag, m.0) },
+            "isend",
+        )?;
         Ok((!r.is_null()).then_some(Req(r)))
     }
 
@@ -243,29 +249,38 @@ impl Net {
         tag: c_int,
         m: Mr,
     ) -> Result<Option<Req>> {
-        let f = fnptr!(self, irecv);
-        let mut size = c_int::try_from(size)
+        let size = c_int::try_from(size)
             .map_err(|_| Error::new(format!("receive size {size} does not fit a C int")))?;
-        let mut data: *mut c_void = data.cast();
-        let mut tag = tag;
-        let mut mh = m.0;
-        let mut r = null_mut();
+        let data: *mut c_void = data.cast();
+        let mh = m.0;
         // SAFETY: arrays of n = 1 entries (the plugin copies them during the call); the buffer
-        // per this function's contract; r is a valid out-pointer.
-        let rc = unsafe { f(c.0, 1, &mut data, &mut size, &mut tag, &mut mh, &mut r) };
-        check(rc, "irecv")?;
+        // per this function's contract.
+        let r = called(
+            unsafe {
+                raw::irecv(
+                    &self.table,
+                    c.0,
+                    &mut [data],
+                    &mut [size],
+                    &mut [tag],
+                    &mut [mh],
+                )
+            },
+            "irecv",
+        )?;
         Ok((!r.is_null()).then_some(Req(r)))
     }
 
     /// `test`: `Some(size)` once the request is done (the request is then gone).
     pub(crate) fn test(&self, r: Req) -> Result<Option<usize>> {
-        let f = fnptr!(self, test);
-        let mut done: c_int = 0;
         // The plugin writes one size per buffer of the request; ours have one buffer, the
         // spare room only guards against a plugin that writes more.
         let mut sizes: [c_int; 8] = [-1; 8];
-        // SAFETY: r is an outstanding request; done and sizes are valid out-pointers.
-        check(unsafe { f(r.0, &mut done, sizes.as_mut_ptr()) }, "test")?;
+        // SAFETY: r is an outstanding request; sizes has room for its buffers.
+        let done = called(
+            unsafe { raw::test(&self.table, r.0, sizes.as_mut_ptr()) },
+            "test",
+        )?;
         if done == 0 {
             return Ok(None);
         }

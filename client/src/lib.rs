@@ -6,6 +6,7 @@
 //! - [`net`]: [`net::Net`], a typed wrapper per table entry (over a loaded table, or over a table
 //!   linked into the process);
 //! - [`blocking`]: blocking helpers with deadlines over those calls, and the polling they share.
+//! - [`raw`]: the data-path table calls over raw pointers, allocation-free;
 //! - [`handle`]: the 128-byte listen handle, its documented fixed prefix and its hex form (how
 //!   processes pass it to each other).
 //! - [`buffer`]: page-aligned, never-freed memory for registrations, with pattern fill/verify.
@@ -19,6 +20,7 @@ pub mod handle;
 pub mod loader;
 pub mod logger;
 pub mod net;
+pub mod raw;
 
 pub use error::{HResult, HarnessError, NcclExt};
 pub use handle::{Handle, handle_socket_addr};

@@ -10,6 +10,7 @@ use crate::buffer::Buffer;
 use crate::error::{HResult, HarnessError, NcclExt};
 use crate::handle::Handle;
 use crate::logger;
+use crate::raw;
 use core::ffi::{CStr, c_char, c_int, c_void};
 use ferro_ffi::{
     ncclDebugLogger_t, ncclNet_v8_t, ncclNetDeviceHandle_v8_t, ncclNetProperties_v8_t, ncclResult_t,
@@ -432,12 +433,10 @@ impl Net {
         len: usize,
         type_: c_int,
     ) -> NetResult<Mr> {
-        let f = entry(self.table().regMr, "regMr");
         let data = buf.ptr_at(offset, len);
-        let mut mh = std::ptr::null_mut();
         // SAFETY: a live comm; the range lies in a Buffer that stays mapped for the life of the
-        // process; valid out-pointer.
-        check(unsafe { f(comm.as_ptr(), data, len, type_, &mut mh) })?;
+        // process.
+        let mh = unsafe { raw::reg_mr(self.table(), comm.as_ptr(), data, len, type_) }?;
         Ok(Mr(mh))
     }
 
@@ -448,9 +447,8 @@ impl Net {
 
     /// `deregMr`.
     pub fn dereg_mr(&self, comm: &impl Comm, mr: Mr) -> NetResult<()> {
-        let f = entry(self.table().deregMr, "deregMr");
-        // SAFETY: a live comm and an mhandle that regMr returned for it.
-        check(unsafe { f(comm.as_ptr(), mr.0) })
+        // SAFETY: a live comm and an mhandle that regMr returned for it, consumed here.
+        unsafe { raw::dereg_mr(self.table(), comm.as_ptr(), mr.0) }
     }
 
     /// `isend` of `offset..offset+len` of `buf`: `Ok(None)` means "not posted, call again".
@@ -463,18 +461,15 @@ impl Net {
         tag: c_int,
         mr: &Mr,
     ) -> NetResult<Option<Request>> {
-        let f = entry(self.table().isend, "isend");
         let data = buf.ptr_at(offset, len);
-        let mut req = std::ptr::null_mut();
         // SAFETY: a live send comm; the data stays mapped for the life of the process, so the
-        // plugin may read it until the request completes or the comm is closed; valid out-pointer.
-        check(unsafe { f(comm.0, data, c_size(len), tag, mr.0, &mut req) })?;
+        // plugin may read it until the request completes or the comm is closed.
+        let req = unsafe { raw::isend(self.table(), comm.0, data, c_size(len), tag, mr.0) }?;
         Ok((!req.is_null()).then_some(Request { ptr: req, n: 1 }))
     }
 
     /// `irecv` of one or more buffers (a grouped receive when `slots.len() > 1`).
     pub fn irecv(&self, comm: &RecvComm, slots: &[RecvSlot<'_>]) -> NetResult<Option<Request>> {
-        let f = entry(self.table().irecv, "irecv");
         let mut data: Vec<*mut c_void> = slots
             .iter()
             .map(|s| s.buf.ptr_at(s.offset, s.len))
@@ -482,21 +477,19 @@ impl Net {
         let mut sizes: Vec<c_int> = slots.iter().map(|s| c_size(s.len)).collect();
         let mut tags: Vec<c_int> = slots.iter().map(|s| s.tag).collect();
         let mut mhs: Vec<*mut c_void> = slots.iter().map(|s| s.mr.0).collect();
-        let mut req = std::ptr::null_mut();
         // SAFETY: a live recv comm; n arrays of n entries each, valid for the call (the plugin
         // copies them, as NCCL passes stack arrays); the buffers stay mapped for the life of the
-        // process; valid out-pointer.
-        check(unsafe {
-            f(
+        // process.
+        let req = unsafe {
+            raw::irecv(
+                self.table(),
                 comm.0,
-                c_size(slots.len()),
-                data.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                tags.as_mut_ptr(),
-                mhs.as_mut_ptr(),
-                &mut req,
+                &mut data,
+                &mut sizes,
+                &mut tags,
+                &mut mhs,
             )
-        })?;
+        }?;
         Ok((!req.is_null()).then_some(Request {
             ptr: req,
             n: slots.len(),
@@ -528,13 +521,11 @@ impl Net {
     /// `test`: `(false, [])` while in flight; `(true, sizes)` once done (`sizes` has `n` entries
     /// for a receive, 1 for a send). A done request is dead: do not test it again.
     pub fn test(&self, req: &Request) -> NetResult<(bool, Vec<c_int>)> {
-        let f = entry(self.table().test, "test");
         let n = req.n.max(1);
-        let mut done: c_int = -1;
         let mut sizes = vec![SIZE_UNSET; n + SIZES_GUARD];
-        // SAFETY: a request the plugin returned and has not reported done; valid out-pointers, with
-        // room for n sizes plus a guard.
-        check(unsafe { f(req.ptr, &mut done, sizes.as_mut_ptr()) })?;
+        // SAFETY: a request the plugin returned and has not reported done; room for n sizes plus
+        // a guard.
+        let done = unsafe { raw::test(self.table(), req.ptr, sizes.as_mut_ptr()) }?;
         assert!(
             sizes[n..].iter().all(|s| *s == SIZE_UNSET),
             "test wrote sizes past the request's {n} buffer(s): {sizes:?}"
@@ -551,10 +542,8 @@ impl Net {
 
     /// `test` with `sizes` = NULL (as NCCL's bootstrap and flush paths call it).
     pub fn test_without_sizes(&self, req: &Request) -> NetResult<bool> {
-        let f = entry(self.table().test, "test");
-        let mut done: c_int = -1;
-        // SAFETY: a live request; a valid `done` pointer; `sizes` NULL is allowed by the contract.
-        check(unsafe { f(req.ptr, &mut done, std::ptr::null_mut()) })?;
+        // SAFETY: a live request; `sizes` NULL is allowed by the contract.
+        let done = unsafe { raw::test(self.table(), req.ptr, std::ptr::null_mut()) }?;
         match done {
             0 => Ok(false),
             1 => Ok(true),

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
+use ferro_client::raw;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::null_mut;
@@ -56,53 +57,36 @@ fn exchange(p: &Pair, n: usize, bufs: &mut [[u8; LEN]; 2 * MAX_N], mhs: &[*mut c
     }
     let mut rreq: *mut c_void = null_mut();
     let mut sreqs: [*mut c_void; MAX_N] = [null_mut(); MAX_N];
-    // SAFETY: arrays of n elements, registered buffers, valid out-pointers.
+    // SAFETY: arrays of n elements, registered buffers; requests tested until done.
     unsafe {
         while rreq.is_null() {
-            ok(
-                NET.irecv.unwrap()(
-                    p.recv,
-                    n as c_int,
-                    data.as_mut_ptr(),
-                    sizes.as_mut_ptr(),
-                    tags.as_mut_ptr(),
-                    rmh.as_mut_ptr(),
-                    &mut rreq,
-                ),
-                "irecv",
-            );
+            rreq = raw::irecv(
+                &NET,
+                p.recv,
+                &mut data[..n],
+                &mut sizes[..n],
+                &mut tags[..n],
+                &mut rmh[..n],
+            )
+            .expect("irecv");
         }
         for (t, s) in sreqs.iter_mut().enumerate().take(n) {
             while s.is_null() {
-                ok(
-                    NET.isend.unwrap()(
-                        p.send,
-                        bufs[t].as_mut_ptr().cast(),
-                        (64 * (t + 1)) as c_int,
-                        t as c_int,
-                        mhs[0],
-                        s,
-                    ),
-                    "isend",
-                );
+                let len = (64 * (t + 1)) as c_int;
+                *s = raw::isend(
+                    &NET,
+                    p.send,
+                    bufs[t].as_mut_ptr().cast(),
+                    len,
+                    t as c_int,
+                    mhs[0],
+                )
+                .expect("isend");
             }
         }
         let mut got = [0 as c_int; 8];
-        for &s in &sreqs[..n] {
-            let mut done = 0;
-            while done == 0 {
-                ok(
-                    NET.test.unwrap()(s, &mut done, got.as_mut_ptr()),
-                    "test send",
-                );
-            }
-        }
-        let mut done = 0;
-        while done == 0 {
-            ok(
-                NET.test.unwrap()(rreq, &mut done, got.as_mut_ptr()),
-                "test recv",
-            );
+        for &s in sreqs[..n].iter().chain([&rreq]) {
+            while raw::test(&NET, s, got.as_mut_ptr()).expect("test") == 0 {}
         }
         assert_eq!(got[n - 1], (64 * n) as c_int);
     }

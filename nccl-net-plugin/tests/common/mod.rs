@@ -5,8 +5,8 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
-use ferro_client::Net;
 use ferro_client::net::Comm as _;
+use ferro_client::{Net, raw};
 use ferro_ffi::ncclResult_t;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use std::process::{Command, Output};
@@ -68,14 +68,14 @@ pub fn pair(dev: c_int) -> Pair {
 /// Tests `req` until done, with `sizes` as `test`'s sizes array.
 pub fn wait(req: *mut c_void, sizes: &mut [c_int]) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut done = 0;
-    while done == 0 {
+    loop {
         assert!(Instant::now() < deadline, "request did not complete");
-        // SAFETY: req came from isend/irecv.
-        ok(
-            unsafe { NET.test.unwrap()(req, &mut done, sizes.as_mut_ptr()) },
-            "test",
-        );
+        // SAFETY: req came from isend/irecv; sizes has room for its buffers.
+        match unsafe { raw::test(&NET, req, sizes.as_mut_ptr()) } {
+            Ok(0) => {}
+            Ok(_) => return,
+            Err(code) => panic!("test returned {code:?}"),
+        }
     }
 }
 
@@ -92,13 +92,8 @@ pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
 
 /// Registers `len` bytes at `p` (host memory) on `comm`.
 pub fn reg(comm: *mut c_void, p: *const u8, len: usize) -> *mut c_void {
-    let mut mh = null_mut();
     // SAFETY: the caller keeps the buffer alive until it deregisters.
-    ok(
-        unsafe { NET.regMr.unwrap()(comm, p.cast_mut().cast(), len, 1, &mut mh) },
-        "regMr",
-    );
-    mh
+    unsafe { raw::reg_mr(&NET, comm, p.cast_mut().cast(), len, 1) }.expect("regMr")
 }
 
 /// Registers a whole buffer on `comm`.
@@ -108,7 +103,7 @@ pub fn reg_buf(comm: *mut c_void, buf: &mut [u8]) -> *mut c_void {
 
 pub fn dereg(comm: *mut c_void, mh: *mut c_void) {
     // SAFETY: mh came from regMr on this comm.
-    ok(unsafe { NET.deregMr.unwrap()(comm, mh) }, "deregMr");
+    unsafe { raw::dereg_mr(&NET, comm, mh) }.expect("deregMr");
 }
 
 /// One buffer of a receive: address, size, tag, memory handle.
@@ -120,20 +115,9 @@ pub fn try_irecv(comm: *mut c_void, bufs: &[RecvArg]) -> (ncclResult_t, *mut c_v
     let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.1 as c_int).collect();
     let mut tags: Vec<c_int> = bufs.iter().map(|b| b.2).collect();
     let mut mhs: Vec<*mut c_void> = bufs.iter().map(|b| b.3).collect();
-    let mut req = null_mut();
     // SAFETY: arrays of n elements; buffers registered.
-    let r = unsafe {
-        NET.irecv.unwrap()(
-            comm,
-            bufs.len() as c_int,
-            data.as_mut_ptr(),
-            sizes.as_mut_ptr(),
-            tags.as_mut_ptr(),
-            mhs.as_mut_ptr(),
-            &mut req,
-        )
-    };
-    (r, req)
+    let r = unsafe { raw::irecv(&NET, comm, &mut data, &mut sizes, &mut tags, &mut mhs) };
+    split(r)
 }
 
 /// One `isend` call: its result code and request (NULL: retry).
@@ -144,19 +128,16 @@ pub fn try_isend(
     tag: c_int,
     mh: *mut c_void,
 ) -> (ncclResult_t, *mut c_void) {
-    let mut req = null_mut();
     // SAFETY: the buffer is registered under mh.
-    let r = unsafe {
-        NET.isend.unwrap()(
-            comm,
-            data.cast_mut().cast(),
-            size as c_int,
-            tag,
-            mh,
-            &mut req,
-        )
-    };
-    (r, req)
+    split(unsafe { raw::isend(&NET, comm, data.cast_mut().cast(), size as c_int, tag, mh) })
+}
+
+/// A raw call's outcome as NCCL sees it: the result code, and the request (NULL on error).
+fn split(r: raw::NetResult<*mut c_void>) -> (ncclResult_t, *mut c_void) {
+    match r {
+        Ok(req) => (ncclResult_t::Success, req),
+        Err(code) => (code, null_mut()),
+    }
 }
 
 /// `irecv` until it gives a request.
@@ -189,11 +170,12 @@ pub fn post_isend(
 
 /// One `test` call: its result code, and the sizes when done.
 pub fn try_test(req: *mut c_void) -> (ncclResult_t, Option<[c_int; 8]>) {
-    let mut done = 0;
     let mut sizes = [0 as c_int; 8];
     // SAFETY: req came from isend/irecv and was not yet reported done.
-    let r = unsafe { NET.test.unwrap()(req, &mut done, sizes.as_mut_ptr()) };
-    (r, (done != 0).then_some(sizes))
+    match unsafe { raw::test(&NET, req, sizes.as_mut_ptr()) } {
+        Ok(done) => (ncclResult_t::Success, (done != 0).then_some(sizes)),
+        Err(code) => (code, None),
+    }
 }
 
 /// One message of `send_len` bytes from `sbuf` into a receive of `recv_len` bytes at `rbuf`
