@@ -1,18 +1,13 @@
-//! Loading the plugin the way NCCL does (`dlopen(RTLD_NOW | RTLD_LOCAL)`, `dlsym("ncclNetPlugin_v8")`)
-//! and calling it only through the `ncclNet_v8_t` table.
-//!
-//! Comms, memory handles and requests are opaque pointers owned by the plugin; they are carried
-//! here in small `Copy` newtypes. Every table call checks the `ncclResult_t` and turns a failure
-//! into an error message naming the call.
+//! The benchmark's view of the plugin: loaded and called through the shared client
+//! (`ferro_client::loader` and `ferro_client::raw`, as the harness and the in-process tests do),
+//! with comms, memory handles and requests carried in small `Copy` newtypes for the timed loops.
+//! Every failed call becomes an error naming the call.
 
 use crate::error::{Error, Result};
 use core::ffi::{CStr, c_char, c_int, c_void};
 use ferro_client::raw;
-use ferro_ffi::{
-    NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST, ncclNet_v8_t, ncclNetProperties_v8_t, ncclResult_t,
-};
+use ferro_ffi::{NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST, ncclNet_v8_t, ncclNetProperties_v8_t};
 use std::path::{Path, PathBuf};
-use std::ptr::null_mut;
 
 /// A listen handle as NCCL carries it between ranks.
 pub(crate) type Handle = [u8; NCCL_NET_HANDLE_MAXSIZE];
@@ -61,27 +56,6 @@ fn called<T>(r: raw::NetResult<T>, what: &str) -> Result<T> {
     })
 }
 
-fn check(r: ncclResult_t, what: &str) -> Result<()> {
-    if r == ncclResult_t::Success {
-        Ok(())
-    } else {
-        Err(Error::new(format!(
-            "plugin call {what} failed with {r:?} (see the plugin's WARN lines above)"
-        )))
-    }
-}
-
-macro_rules! fnptr {
-    ($self:ident, $f:ident) => {
-        $self.table.$f.ok_or_else(|| {
-            Error::new(format!(
-                "the plugin's table has no {} function",
-                stringify!($f)
-            ))
-        })?
-    };
-}
-
 impl Net {
     /// `dlopen(path, RTLD_NOW | RTLD_LOCAL)` and `dlsym("ncclNetPlugin_v8")`, as NCCL does (the
     /// shared client's loader).
@@ -105,25 +79,20 @@ impl Net {
     /// `init(NULL)`: no logger (Rust cannot define a C variadic function); the plugin then
     /// writes its warnings to stderr.
     pub(crate) fn init(&self) -> Result<()> {
-        let f = fnptr!(self, init);
-        // SAFETY: a NULL logger is allowed by the plugin contract.
-        check(unsafe { f(None) }, "init")
+        called(raw::init(&self.table, None), "init")
     }
 
     fn device_count(&self) -> Result<c_int> {
-        let f = fnptr!(self, devices);
-        let mut n: c_int = 0;
-        // SAFETY: n is a valid out-pointer.
-        check(unsafe { f(&mut n) }, "devices")?;
-        Ok(n)
+        called(raw::devices(&self.table), "devices")
     }
 
     fn properties(&self, dev: c_int) -> Result<DevProps> {
-        let f = fnptr!(self, getProperties);
         // SAFETY: all-zero is a valid value of this plain C struct (NULL pointers, zero numbers).
         let mut p: ncclNetProperties_v8_t = unsafe { std::mem::zeroed() };
-        // SAFETY: p is a valid out-pointer of the right type.
-        check(unsafe { f(dev, &mut p) }, "getProperties")?;
+        called(
+            raw::get_properties(&self.table, dev, &mut p),
+            "getProperties",
+        )?;
         let name = cstr_or(p.name, "?");
         Ok(DevProps {
             index: dev,
@@ -164,11 +133,8 @@ impl Net {
     }
 
     pub(crate) fn listen(&self, dev: c_int) -> Result<(Handle, ListenComm)> {
-        let f = fnptr!(self, listen);
         let mut h: Handle = [0; NCCL_NET_HANDLE_MAXSIZE];
-        let mut l = null_mut();
-        // SAFETY: h has NCCL_NET_HANDLE_MAXSIZE bytes; l is a valid out-pointer.
-        check(unsafe { f(dev, h.as_mut_ptr().cast(), &mut l) }, "listen")?;
+        let l = called(raw::listen(&self.table, dev, &mut h), "listen")?;
         if l.is_null() {
             return Err(Error::new("listen returned a NULL listen comm"));
         }
@@ -177,23 +143,14 @@ impl Net {
 
     /// One non-blocking step of `connect`; `None` until the connection is ready.
     pub(crate) fn connect(&self, dev: c_int, h: &mut Handle) -> Result<Option<Comm>> {
-        let f = fnptr!(self, connect);
-        let mut c = null_mut();
-        let mut dc = null_mut();
-        // SAFETY: h has NCCL_NET_HANDLE_MAXSIZE bytes and stays the same across calls (NCCL's
-        // contract); c and dc are valid out-pointers.
-        let r = unsafe { f(dev, h.as_mut_ptr().cast(), &mut c, &mut dc) };
-        check(r, "connect")?;
+        let (c, _) = called(raw::connect(&self.table, dev, h), "connect")?;
         Ok((!c.is_null()).then_some(Comm(c)))
     }
 
     /// One non-blocking step of `accept`; `None` until a connection is ready.
     pub(crate) fn accept(&self, l: ListenComm) -> Result<Option<Comm>> {
-        let f = fnptr!(self, accept);
-        let mut c = null_mut();
-        let mut dc = null_mut();
-        // SAFETY: l came from listen; c and dc are valid out-pointers.
-        check(unsafe { f(l.0, &mut c, &mut dc) }, "accept")?;
+        // SAFETY: l came from listen.
+        let (c, _) = called(unsafe { raw::accept(&self.table, l.0) }, "accept")?;
         Ok((!c.is_null()).then_some(Comm(c)))
     }
 
@@ -290,21 +247,27 @@ impl Net {
     }
 
     pub(crate) fn close_send(&self, c: Comm) -> Result<()> {
-        let f = fnptr!(self, closeSend);
         // SAFETY: c is a live send comm, not used afterwards.
-        check(unsafe { f(c.0) }, "closeSend")
+        called(
+            unsafe { raw::close(&self.table, raw::CommKind::Send, c.0) },
+            "closeSend",
+        )
     }
 
     pub(crate) fn close_recv(&self, c: Comm) -> Result<()> {
-        let f = fnptr!(self, closeRecv);
         // SAFETY: c is a live receive comm, not used afterwards.
-        check(unsafe { f(c.0) }, "closeRecv")
+        called(
+            unsafe { raw::close(&self.table, raw::CommKind::Recv, c.0) },
+            "closeRecv",
+        )
     }
 
     pub(crate) fn close_listen(&self, l: ListenComm) -> Result<()> {
-        let f = fnptr!(self, closeListen);
         // SAFETY: l is a live listen comm, not used afterwards.
-        check(unsafe { f(l.0) }, "closeListen")
+        called(
+            unsafe { raw::close(&self.table, raw::CommKind::Listen, l.0) },
+            "closeListen",
+        )
     }
 }
 

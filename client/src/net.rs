@@ -12,9 +12,7 @@ use crate::handle::Handle;
 use crate::logger;
 use crate::raw;
 use core::ffi::{CStr, c_char, c_int, c_void};
-use ferro_ffi::{
-    ncclDebugLogger_t, ncclNet_v8_t, ncclNetDeviceHandle_v8_t, ncclNetProperties_v8_t, ncclResult_t,
-};
+use ferro_ffi::{ncclDebugLogger_t, ncclNet_v8_t, ncclNetProperties_v8_t, ncclResult_t};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -222,21 +220,6 @@ pub struct RecvSlot<'a> {
     pub mr: &'a Mr,
 }
 
-fn check(r: ncclResult_t) -> NetResult<()> {
-    if r == ncclResult_t::Success {
-        Ok(())
-    } else {
-        Err(r)
-    }
-}
-
-fn entry<T: Copy>(f: Option<T>, name: &str) -> T {
-    match f {
-        Some(f) => f,
-        None => panic!("the plugin's ncclNetPlugin_v8.{name} is NULL"),
-    }
-}
-
 fn c_size(len: usize) -> c_int {
     match c_int::try_from(len) {
         Ok(v) => v,
@@ -329,26 +312,18 @@ impl Net {
 
     /// `init` with any logger (or NULL).
     pub fn init_with(&self, logger: ncclDebugLogger_t) -> NetResult<()> {
-        let f = entry(self.table().init, "init");
-        // SAFETY: the argument is NULL or a C variadic logger valid for the whole process.
-        check(unsafe { f(logger) })
+        raw::init(self.table(), logger)
     }
 
     /// `devices`.
     pub fn devices(&self) -> NetResult<c_int> {
-        let f = entry(self.table().devices, "devices");
-        let mut n: c_int = PROP_UNSET;
-        // SAFETY: valid out-pointer.
-        check(unsafe { f(&mut n) })?;
-        Ok(n)
+        raw::devices(self.table())
     }
 
     /// `getProperties`, with unfilled fields left at [`PROP_UNSET`] (see [`Properties::unset_fields`]).
     pub fn get_properties(&self, dev: c_int) -> NetResult<Properties> {
-        let f = entry(self.table().getProperties, "getProperties");
         let mut p = Properties::unset_raw();
-        // SAFETY: valid out-pointer to a v8 properties struct.
-        check(unsafe { f(dev, &mut p) })?;
+        raw::get_properties(self.table(), dev, &mut p)?;
         Ok(Properties {
             name: c_string(p.name),
             pci_path: c_string(p.pciPath),
@@ -383,11 +358,8 @@ impl Net {
 
     /// `listen`: the handle to give to peers, and the listen comm.
     pub fn listen(&self, dev: c_int) -> NetResult<(Handle, ListenComm)> {
-        let f = entry(self.table().listen, "listen");
         let mut h = Handle::zeroed();
-        let mut comm = std::ptr::null_mut();
-        // SAFETY: a 128-byte handle buffer (NCCL_NET_HANDLE_MAXSIZE) and a valid out-pointer.
-        check(unsafe { f(dev, h.as_mut_ptr(), &mut comm) })?;
+        let comm = raw::listen(self.table(), dev, &mut h.0)?;
         assert!(
             !comm.is_null(),
             "listen returned success with a NULL listenComm (the contract forbids it)"
@@ -397,12 +369,7 @@ impl Net {
 
     /// `connect`: `Ok(None)` means "call again with the same handle buffer".
     pub fn connect(&self, dev: c_int, handle: &mut Handle) -> NetResult<Option<SendComm>> {
-        let f = entry(self.table().connect, "connect");
-        let mut comm = std::ptr::null_mut();
-        let mut dev_comm: *mut ncclNetDeviceHandle_v8_t = std::ptr::null_mut();
-        // SAFETY: the handle is 128 writable bytes (the plugin may keep progress in it, as NCCL
-        // allows); both out-pointers are valid.
-        check(unsafe { f(dev, handle.as_mut_ptr(), &mut comm, &mut dev_comm) })?;
+        let (comm, dev_comm) = raw::connect(self.table(), dev, &mut handle.0)?;
         assert!(
             dev_comm.is_null(),
             "connect produced a device handle; a host plugin must leave it NULL"
@@ -412,11 +379,8 @@ impl Net {
 
     /// `accept`: `Ok(None)` means "call again".
     pub fn accept(&self, listen: &ListenComm) -> NetResult<Option<RecvComm>> {
-        let f = entry(self.table().accept, "accept");
-        let mut comm = std::ptr::null_mut();
-        let mut dev_comm: *mut ncclNetDeviceHandle_v8_t = std::ptr::null_mut();
-        // SAFETY: a live listen comm and valid out-pointers.
-        check(unsafe { f(listen.0, &mut comm, &mut dev_comm) })?;
+        // SAFETY: a live listen comm.
+        let (comm, dev_comm) = unsafe { raw::accept(self.table(), listen.0) }?;
         assert!(
             dev_comm.is_null(),
             "accept produced a device handle; a host plugin must leave it NULL"
@@ -553,23 +517,20 @@ impl Net {
 
     /// `closeSend`.
     pub fn close_send(&self, comm: SendComm) -> NetResult<()> {
-        let f = entry(self.table().closeSend, "closeSend");
         // SAFETY: a live send comm, consumed here.
-        check(unsafe { f(comm.0) })
+        unsafe { raw::close(self.table(), raw::CommKind::Send, comm.0) }
     }
 
     /// `closeRecv`.
     pub fn close_recv(&self, comm: RecvComm) -> NetResult<()> {
-        let f = entry(self.table().closeRecv, "closeRecv");
         // SAFETY: a live recv comm, consumed here.
-        check(unsafe { f(comm.0) })
+        unsafe { raw::close(self.table(), raw::CommKind::Recv, comm.0) }
     }
 
     /// `closeListen`.
     pub fn close_listen(&self, comm: ListenComm) -> NetResult<()> {
-        let f = entry(self.table().closeListen, "closeListen");
         // SAFETY: a live listen comm, consumed here.
-        check(unsafe { f(comm.0) })
+        unsafe { raw::close(self.table(), raw::CommKind::Listen, comm.0) }
     }
 }
 

@@ -1,10 +1,12 @@
-//! The data-path table calls themselves, over raw pointers and without allocating: `regMr`,
-//! `deregMr`, `isend`, `irecv`, `test`. The typed [`crate::net::Net`], the benchmark's timed
-//! loops and the in-process tests (which count allocations or misuse the table on purpose) all
-//! call the plugin through these.
+//! The table calls themselves, over raw pointers and (on the data path) without allocating. The
+//! typed [`crate::net::Net`], the benchmark and the in-process tests (which count allocations or
+//! misuse the table on purpose) all call the plugin through these; a NULL table entry is
+//! `ncclInternalError`.
 
 use core::ffi::{c_int, c_void};
-use ferro_ffi::{ncclNet_v8_t, ncclResult_t};
+use ferro_ffi::{
+    ncclDebugLogger_t, ncclNet_v8_t, ncclNetDeviceHandle_v8_t, ncclNetProperties_v8_t, ncclResult_t,
+};
 
 /// A call's outcome: the value, or the non-success code it returned.
 pub type NetResult<T> = Result<T, ncclResult_t>;
@@ -118,4 +120,95 @@ pub unsafe fn test(t: &ncclNet_v8_t, req: *mut c_void, sizes: *mut c_int) -> Net
     // SAFETY: per this function's contract; a valid `done` pointer.
     check(unsafe { f(req, &mut done, sizes) })?;
     Ok(done)
+}
+
+/// `init` with a logger (NULL: the plugin logs to stderr).
+pub fn init(t: &ncclNet_v8_t, logger: ncclDebugLogger_t) -> NetResult<()> {
+    let f = entry(t.init)?;
+    // SAFETY: the argument is NULL or a C variadic logger valid for the whole process.
+    check(unsafe { f(logger) })
+}
+
+/// `devices`.
+pub fn devices(t: &ncclNet_v8_t) -> NetResult<c_int> {
+    let f = entry(t.devices)?;
+    let mut n: c_int = 0;
+    // SAFETY: a valid out-pointer.
+    check(unsafe { f(&mut n) })?;
+    Ok(n)
+}
+
+/// `getProperties` into `p` (the caller chooses the initial values, e.g. markers for fields the
+/// plugin must fill).
+pub fn get_properties(
+    t: &ncclNet_v8_t,
+    dev: c_int,
+    p: &mut ncclNetProperties_v8_t,
+) -> NetResult<()> {
+    let f = entry(t.getProperties)?;
+    // SAFETY: a valid out-pointer to a v8 properties struct.
+    check(unsafe { f(dev, p) })
+}
+
+/// `listen`: writes the handle, returns the listen comm.
+pub fn listen(t: &ncclNet_v8_t, dev: c_int, handle: &mut [u8; 128]) -> NetResult<*mut c_void> {
+    let f = entry(t.listen)?;
+    let mut comm = core::ptr::null_mut();
+    // SAFETY: a 128-byte handle buffer (NCCL_NET_HANDLE_MAXSIZE) and a valid out-pointer.
+    check(unsafe { f(dev, handle.as_mut_ptr().cast(), &mut comm) })?;
+    Ok(comm)
+}
+
+/// `connect`: the send comm (NULL: call again with the same handle) and the device handle it
+/// produced (a host plugin leaves it NULL).
+pub fn connect(
+    t: &ncclNet_v8_t,
+    dev: c_int,
+    handle: &mut [u8; 128],
+) -> NetResult<(*mut c_void, *mut ncclNetDeviceHandle_v8_t)> {
+    let f = entry(t.connect)?;
+    let mut comm = core::ptr::null_mut();
+    let mut dev_comm = core::ptr::null_mut();
+    // SAFETY: the handle is 128 writable bytes (the plugin may keep progress in it, as NCCL
+    // allows); both out-pointers are valid.
+    check(unsafe { f(dev, handle.as_mut_ptr().cast(), &mut comm, &mut dev_comm) })?;
+    Ok((comm, dev_comm))
+}
+
+/// `accept`: the receive comm (NULL: call again) and its device handle (NULL for a host plugin).
+///
+/// # Safety
+/// `listen` is a live listen comm of this table's plugin.
+pub unsafe fn accept(
+    t: &ncclNet_v8_t,
+    listen: *mut c_void,
+) -> NetResult<(*mut c_void, *mut ncclNetDeviceHandle_v8_t)> {
+    let f = entry(t.accept)?;
+    let mut comm = core::ptr::null_mut();
+    let mut dev_comm = core::ptr::null_mut();
+    // SAFETY: per this function's contract; valid out-pointers.
+    check(unsafe { f(listen, &mut comm, &mut dev_comm) })?;
+    Ok((comm, dev_comm))
+}
+
+/// Which comm `close` releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommKind {
+    Send,
+    Recv,
+    Listen,
+}
+
+/// `closeSend`, `closeRecv` or `closeListen`.
+///
+/// # Safety
+/// `comm` is a live comm of that kind, not used again.
+pub unsafe fn close(t: &ncclNet_v8_t, kind: CommKind, comm: *mut c_void) -> NetResult<()> {
+    let f = entry(match kind {
+        CommKind::Send => t.closeSend,
+        CommKind::Recv => t.closeRecv,
+        CommKind::Listen => t.closeListen,
+    })?;
+    // SAFETY: per this function's contract.
+    check(unsafe { f(comm) })
 }
