@@ -36,12 +36,6 @@ impl PortVerdict {
     pub fn is_usable(&self) -> bool {
         matches!(self, PortVerdict::Usable)
     }
-
-    /// A setting that does not work (a GID the user asked for, or none usable), as opposed to
-    /// a port that is simply down or filtered out: worth a WARN.
-    pub fn is_configuration_error(&self) -> bool {
-        matches!(self, PortVerdict::NoUsableGid { .. })
-    }
 }
 
 impl fmt::Display for PortVerdict {
@@ -334,7 +328,7 @@ mod tests {
             PortVerdict::UnknownLinkLayer { .. }
         ));
         let no_gid = verdict(&cfg, PortState::Active, LinkLayer::Ethernet, false);
-        assert!(no_gid.is_configuration_error());
+        assert!(matches!(no_gid, PortVerdict::NoUsableGid { .. }));
         assert_eq!(no_gid.to_string(), "no usable GID: only link-local GIDs");
         cfg.hca = Some(HcaFilter::parse("^rxe0").unwrap());
         assert_eq!(

@@ -1,7 +1,7 @@
 //! Process-wide plugin state: the devices exposed to NCCL, built once by `init`.
 
 use crate::config::Config;
-use crate::discovery::{Discovery, discover};
+use crate::discovery::{Discovery, PortVerdict, discover};
 use crate::error::{Error, Result};
 use crate::mrcache::RegCache;
 use crate::{info, warn};
@@ -162,8 +162,11 @@ fn build() -> std::result::Result<Plugin, Error> {
             if !p.verdict.is_usable() {
                 // A GID that does not work is a configuration error: say it loudly. Inactive or
                 // filtered ports are normal.
-                if p.verdict.is_configuration_error() {
-                    warn!(INIT, "{} port {}: not used: {}", d.name, p.num, p.verdict);
+                if let PortVerdict::NoUsableGid { error } = &p.verdict {
+                    warn!(
+                        INIT,
+                        "{} port {}: {error}; the port is not used", d.name, p.num
+                    );
                 } else {
                     info!(INIT, "{} port {}: not used: {}", d.name, p.num, p.verdict);
                 }
