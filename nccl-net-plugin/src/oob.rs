@@ -66,6 +66,22 @@ pub fn interfaces() -> Vec<IfAddr> {
     out
 }
 
+/// The name of the interface with index `index` (`if_indextoname`), if there is one.
+pub fn interface_name(index: u32) -> Option<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: buf has IF_NAMESIZE bytes, as if_indextoname requires; it returns NULL or buf.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: on success buf holds a NUL-terminated name.
+    Some(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
 /// NCCL's interface filter syntax: `"^docker,lo"`, `"=eth0"`, `"ib"`.
 pub fn ifname_matches(filter: &str, name: &str) -> bool {
     let (exclude, list) = match filter.strip_prefix('^') {
@@ -210,6 +226,15 @@ mod tests {
         let (ip, why) = listen_ip(Some("ens1"), &ifs, Some("=eth0"));
         assert_eq!(ip, "10.0.0.5".parse::<IpAddr>().unwrap());
         assert!(why.contains("NCCL_SOCKET_IFNAME"), "{why}");
+    }
+
+    #[test]
+    fn interface_index_one_is_named_and_zero_is_none() {
+        assert_eq!(interface_name(0), None);
+        assert!(
+            interface_name(1).is_some(),
+            "the loopback interface has index 1"
+        );
     }
 
     #[test]

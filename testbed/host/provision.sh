@@ -26,7 +26,7 @@ VNG_SPEC="${FERRO_TESTBED_VNG_SPEC:-virtme-ng}"
 # Packages the test bed uses on the host (qemu, busybox and kmod for vng;
 # rdma-core/ibverbs/perftest/iproute2 are used inside the guest, which sees
 # the host's root filesystem).
-APT_PACKAGES=(qemu-system-x86 busybox-static kmod rdma-core ibverbs-utils
+APT_PACKAGES=(qemu-system-x86 busybox-static kmod rdma-core ibverbs-utils strace
   ibverbs-providers libibverbs-dev perftest iproute2)
 
 IS_ROOT=0

@@ -321,6 +321,34 @@ impl Context {
     }
 }
 
+impl Context {
+    /// The device's whole GID table in one call (`_ibv_query_gid_table`, rdma-core 32+): the valid
+    /// entries of every port, with type and netdev index. `None` when libibverbs lacks the call;
+    /// `max_entries` bounds the answer (the sum of the ports' `gid_tbl_len`).
+    pub fn query_gid_table(&self, max_entries: usize) -> Option<Result<Vec<ibv_gid_entry>>> {
+        let f = self.v.query_gid_table?;
+        let mut entries = vec![ibv_gid_entry::default(); max_entries.max(1)];
+        // SAFETY: live context; the buffer holds max_entries entries of the size passed.
+        let n = unsafe {
+            f(
+                self.as_ptr(),
+                entries.as_mut_ptr().cast(),
+                entries.len(),
+                0,
+                core::mem::size_of::<ibv_gid_entry>(),
+            )
+        };
+        if n < 0 {
+            let code = i32::try_from(-n).unwrap_or(libc::EINVAL);
+            return Some(Err(
+                Error::new("ibv_query_gid_table", code).context(self.name.clone())
+            ));
+        }
+        entries.truncate(usize::try_from(n).unwrap_or(0));
+        Some(Ok(entries))
+    }
+}
+
 impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: the context is live and every child holds an Arc to it, so none remains.

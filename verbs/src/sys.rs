@@ -398,6 +398,32 @@ pub struct ibv_wc {
     pub dlid_path_bits: u8,
 }
 
+/// `struct ibv_gid_entry` (rdma-core 32+): one entry of `_ibv_query_gid_table`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_gid_entry {
+    pub gid: ibv_gid,
+    pub gid_index: u32,
+    pub port_num: u32,
+    /// `IBV_GID_TYPE_IB` (0), `IBV_GID_TYPE_ROCE_V1` (1), `IBV_GID_TYPE_ROCE_V2` (2).
+    pub gid_type: u32,
+    pub ndev_ifindex: u32,
+}
+
+impl core::fmt::Debug for ibv_gid_entry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "ibv_gid_entry {{ port {} index {} type {} ifindex {} }}",
+            self.port_num, self.gid_index, self.gid_type, self.ndev_ifindex
+        )
+    }
+}
+
+pub const IBV_GID_TYPE_IB: u32 = 0;
+pub const IBV_GID_TYPE_ROCE_V1: u32 = 1;
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+
 /// `struct ibv_async_event`.
 #[repr(C)]
 #[derive(Clone, Copy)]

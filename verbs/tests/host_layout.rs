@@ -225,6 +225,16 @@ fn rust_layout() -> Vec<(String, usize)> {
             event_type
         }
     );
+    fields!(
+        v,
+        ibv_gid_entry {
+            gid,
+            gid_index,
+            port_num,
+            gid_type,
+            ndev_ifindex
+        }
+    );
     // The port attributes: the compat prefix must match exactly; our struct may be longer.
     for (name, off) in [
         ("state", offset_of!(ibv_port_attr, state)),

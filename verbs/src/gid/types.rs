@@ -194,3 +194,77 @@ pub fn format_gid_raw(gid: &[u8; 16]) -> String {
         .collect();
     groups.join(":")
 }
+
+/// One port's GID table from `ibv_query_gid_table` entries, in the form the sysfs reader gives:
+/// every index below `table_len`, empty slots as the zero GID of unknown type (as sysfs shows
+/// them), netdevs named through `ifname` (interface index to name).
+pub fn table_from_verbs(
+    entries: &[crate::sys::ibv_gid_entry],
+    port: u8,
+    table_len: u32,
+    link_layer: &LinkLayer,
+    ifname: impl Fn(u32) -> Option<String>,
+) -> Vec<GidEntry> {
+    let mut table: Vec<GidEntry> = (0..table_len)
+        .map(|i| GidEntry::new(i, [0; 16], GidType::Unknown, None))
+        .collect();
+    for e in entries.iter().filter(|e| e.port_num == u32::from(port)) {
+        let Some(slot) = table.get_mut(e.gid_index as usize) else {
+            continue;
+        };
+        let gid_type = match (e.gid_type, link_layer) {
+            (_, LinkLayer::InfiniBand) => GidType::Ib,
+            (crate::sys::IBV_GID_TYPE_ROCE_V1, _) => GidType::RoceV1,
+            (crate::sys::IBV_GID_TYPE_ROCE_V2, _) => GidType::RoceV2,
+            _ => GidType::Unknown,
+        };
+        let gid = e.gid.raw;
+        let netdev = (e.ndev_ifindex != 0)
+            .then(|| ifname(e.ndev_ifindex))
+            .flatten();
+        *slot = GidEntry::new(e.gid_index, gid, gid_type, netdev);
+    }
+    table
+}
+
+#[cfg(test)]
+mod verbs_table_tests {
+    use super::*;
+    use crate::sys::{IBV_GID_TYPE_ROCE_V2, ibv_gid, ibv_gid_entry};
+
+    #[test]
+    fn a_verbs_gid_table_reads_like_the_sysfs_one_with_empty_slots_filled() {
+        let mut raw = [0u8; 16];
+        raw[10] = 0xff;
+        raw[11] = 0xff;
+        raw[12..].copy_from_slice(&[127, 0, 0, 1]);
+        let entries = [
+            ibv_gid_entry {
+                gid: ibv_gid { raw },
+                gid_index: 1,
+                port_num: 1,
+                gid_type: IBV_GID_TYPE_ROCE_V2,
+                ndev_ifindex: 1,
+            },
+            ibv_gid_entry {
+                gid: ibv_gid { raw },
+                gid_index: 0,
+                port_num: 2,
+                gid_type: IBV_GID_TYPE_ROCE_V2,
+                ndev_ifindex: 1,
+            },
+        ];
+        let t = table_from_verbs(&entries, 1, 4, &LinkLayer::Ethernet, |i| {
+            (i == 1).then(|| "lo".to_string())
+        });
+        assert_eq!(t.len(), 4);
+        assert!(t[0].is_zero() && t[0].gid_type == GidType::Unknown && t[0].netdev.is_none());
+        assert_eq!(t[1].gid_type, GidType::RoceV2);
+        assert_eq!(t[1].netdev.as_deref(), Some("lo"));
+        assert_eq!(t[1].ipv4(), Some(Ipv4Addr::LOCALHOST));
+        assert!(
+            t[2].is_zero() && t[3].is_zero(),
+            "port 2's entry is not port 1's"
+        );
+    }
+}

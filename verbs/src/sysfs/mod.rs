@@ -35,5 +35,5 @@ pub use error::SysfsError;
 pub use host::{IommuMode, iommu_mode, read_cmdline};
 pub use model::{LinkLayer, PortState, Rate, SysDevice, SysPort};
 pub use parse::{format_guid, parse_guid};
-pub use read::{list_devices, read_device};
+pub use read::{list_devices, list_devices_with, read_device, read_device_with};
 pub use speed::{ib_speed_mbps, lane_speed_mbps, speed_name, width_lanes};

@@ -87,6 +87,16 @@ fn numeric_dir_entries<T: FromStr + Ord>(
 /// # Errors
 /// Only when `class/infiniband` exists but cannot be listed.
 pub fn list_devices(sys: &Path) -> Result<Vec<SysDevice>, SysfsError> {
+    list_devices_with(sys, true)
+}
+
+/// [`list_devices`], reading the GID tables or not (`gids == false` leaves every port's table
+/// empty: the caller takes it from `ibv_query_gid_table`, one call instead of three file reads
+/// per slot).
+///
+/// # Errors
+/// Only when `class/infiniband` exists but cannot be listed.
+pub fn list_devices_with(sys: &Path, gids: bool) -> Result<Vec<SysDevice>, SysfsError> {
     let class = sys.join("class").join("infiniband");
     let mut names = match dir_names(&class) {
         Ok(Some(names)) => names,
@@ -96,12 +106,17 @@ pub fn list_devices(sys: &Path) -> Result<Vec<SysDevice>, SysfsError> {
     names.sort();
     Ok(names
         .iter()
-        .map(|name| read_device(&class.join(name), name))
+        .map(|name| read_device_with(&class.join(name), name, gids))
         .collect())
 }
 
 /// Reads one device directory (`class/infiniband/<name>`).
 pub fn read_device(dir: &Path, name: &str) -> SysDevice {
+    read_device_with(dir, name, true)
+}
+
+/// [`read_device`], reading the ports' GID tables or not.
+pub fn read_device_with(dir: &Path, name: &str, gids: bool) -> SysDevice {
     let mut notes = Vec::new();
     let node_guid = read_parsed(&dir.join("node_guid"), "node_guid", &mut notes, parse_guid);
     let sys_image_guid = read_parsed(
@@ -123,6 +138,7 @@ pub fn read_device(dir: &Path, name: &str) -> SysDevice {
                 &dir.join("ports").join(entry),
                 num,
                 parent_netdev.as_deref(),
+                gids,
                 &mut notes,
             )
         })
@@ -159,7 +175,13 @@ fn resolve_pci_path(link: &Path, notes: &mut Vec<String>) -> Option<PathBuf> {
 }
 
 /// Reads one port directory (`ports/<n>`); problems go to `notes` prefixed with the port.
-fn read_port(dir: &Path, num: u8, parent_netdev: Option<&str>, notes: &mut Vec<String>) -> SysPort {
+fn read_port(
+    dir: &Path,
+    num: u8,
+    parent_netdev: Option<&str>,
+    read_gids: bool,
+    notes: &mut Vec<String>,
+) -> SysPort {
     let mut port_notes = Vec::new();
     let state = match read_trimmed(&dir.join("state")) {
         Ok(text) => PortState::parse(&text).unwrap_or_else(|| {
@@ -184,7 +206,11 @@ fn read_port(dir: &Path, num: u8, parent_netdev: Option<&str>, notes: &mut Vec<S
     };
     let rate = read_parsed(&dir.join("rate"), "rate", &mut port_notes, Rate::parse);
     let lid = read_parsed(&dir.join("lid"), "lid", &mut port_notes, parse_lid);
-    let gids = read_gid_table(dir, &link_layer, &mut port_notes);
+    let gids = if read_gids {
+        read_gid_table(dir, &link_layer, &mut port_notes)
+    } else {
+        Vec::new()
+    };
     let netdev = gids
         .iter()
         .find_map(|g| g.netdev.clone())
