@@ -27,6 +27,13 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The shared client's errors are messages too.
+impl From<String> for Error {
+    fn from(msg: String) -> Error {
+        Error(msg)
+    }
+}
+
 /// Adds context to any error that can be displayed.
 pub(crate) trait Context<T> {
     fn ctx(self, what: impl fmt::Display) -> Result<T>;

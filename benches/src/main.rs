@@ -4,7 +4,6 @@
 //! ("ncclNetPlugin_v8")`) and called only through its table. See `ferro-bench --help`.
 
 mod bench;
-mod buf;
 mod compare;
 mod error;
 mod model;

@@ -9,10 +9,10 @@
 //! Control messages (64 bytes, tag [`TAG_CTRL`]) travel server→client; the data pattern of every
 //! phase is fixed by its command, so the receive-driven ordering of each comm is never ambiguous.
 
-use crate::buf::HostBuf;
 use crate::error::{Context as _, Error, Result};
 use crate::net::{Comm, DevProps, Handle, ListenComm, Mr, Net, Req};
 use core::ffi::c_int;
+use ferro_client::mapped::HostBuf;
 use std::time::{Duration, Instant};
 
 /// Tag of control messages and of the handle exchange.
@@ -270,21 +270,17 @@ impl<'n> Session<'n> {
             || net.connect(dev.index, &mut h),
         )?;
         let ctrl_send = register(net, send, 4096, 0)?;
-        Ok(Session {
+        let comms = (send, recv, listen);
+        Ok(Self::set_up(
             net,
             dev,
-            role: Role::Server,
-            send,
-            recv,
-            listen: Some(listen),
-            ctrl_send,
-            ctrl_recv,
-            data_send: None,
-            data_recv: None,
+            Role::Server,
+            comms,
+            (ctrl_send, ctrl_recv),
             wait,
             peer,
-            setup_s: start.elapsed().as_secs_f64(),
-        })
+            start,
+        ))
     }
 
     /// Client side: connects to the server's handle and lets it connect back.
@@ -325,10 +321,36 @@ impl<'n> Session<'n> {
             net.accept(listen)
         })?;
         let ctrl_recv = register(net, recv, 4096, 0)?;
-        Ok(Session {
+        let comms = (send, recv, listen);
+        Ok(Self::set_up(
             net,
             dev,
-            role: Role::Client,
+            Role::Client,
+            comms,
+            (ctrl_send, ctrl_recv),
+            wait,
+            peer,
+            start,
+        ))
+    }
+
+    /// A connected session (both sides end the same way): comms, control buffers, no data
+    /// buffers yet, and how long setting up took.
+    #[allow(clippy::too_many_arguments)] // the session's own parts, gathered by either side
+    fn set_up(
+        net: &'n Net,
+        dev: DevProps,
+        role: Role,
+        (send, recv, listen): (Comm, Comm, ListenComm),
+        (ctrl_send, ctrl_recv): (RegBuf, RegBuf),
+        wait: WaitCfg,
+        peer: Option<PeerCheck>,
+        start: Instant,
+    ) -> Session<'n> {
+        Session {
+            net,
+            dev,
+            role,
             send,
             recv,
             listen: Some(listen),
@@ -339,7 +361,7 @@ impl<'n> Session<'n> {
             wait,
             peer,
             setup_s: start.elapsed().as_secs_f64(),
-        })
+        }
     }
 
     /// Allocates and registers the data buffers (both sides, `Hello`).

@@ -36,25 +36,7 @@ impl Buffer {
     /// Maps at least `len` bytes (rounded up to whole pages, at least one page).
     pub fn new(len: usize) -> Result<Buffer, String> {
         let len = round_up(len.max(1), PAGE);
-        // SAFETY: an anonymous private mapping at an address of the kernel's choosing; no existing
-        // memory is affected. The result is checked against MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(format!(
-                "mmap of {len} bytes failed: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| "mmap returned NULL".to_string())?;
+        let ptr = crate::mapped::map_anonymous(len, false)?;
         Ok(Buffer { ptr, len })
     }
 

@@ -9,7 +9,8 @@
 //! - [`raw`]: the data-path table calls over raw pointers, allocation-free;
 //! - [`handle`]: the 128-byte listen handle, its documented fixed prefix and its hex form (how
 //!   processes pass it to each other).
-//! - [`buffer`]: page-aligned, never-freed memory for registrations, with pattern fill/verify.
+//! - [`buffer`]: page-aligned, never-freed memory for registrations, with pattern fill/verify;
+//!   [`mapped`]: page-aligned, pre-faulted mappings unmapped on drop (the benchmark's).
 //! - [`logger`]: NCCL's variadic logger, written in C (`csrc/logger.c`), recording every line.
 //! - [`error`]: a failed call, a deadline that passed, or a failed check.
 
@@ -19,6 +20,7 @@ pub mod error;
 pub mod handle;
 pub mod loader;
 pub mod logger;
+pub mod mapped;
 pub mod net;
 pub mod raw;
 
