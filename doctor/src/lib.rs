@@ -55,6 +55,7 @@ mod findings;
 mod format;
 mod json;
 mod model;
+pub mod node;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -66,6 +67,7 @@ pub use findings::*;
 pub use format::*;
 pub use json::*;
 pub use model::*;
+pub use node::{Check, NodeFacts, Roots, Status, collect_node, node_checks};
 pub use text::*;
 pub use verdict::*;
 

@@ -99,6 +99,7 @@ fn report(devices: Vec<Device>) -> Report {
         devices,
         enumeration_errors: Vec::new(),
         host: host(),
+        node: None,
     }
 }
 
@@ -626,24 +627,36 @@ fn argument_parsing() {
         p(&[]),
         Ok(Command::Run(Options {
             json: false,
-            sysfs_root: "/sys".into()
+            sysfs_root: "/sys".into(),
+            root: None,
         }))
     );
     assert_eq!(
         p(&["--json", "--sysfs-root", "/tmp/fake"]),
         Ok(Command::Run(Options {
             json: true,
-            sysfs_root: "/tmp/fake".into()
+            sysfs_root: "/tmp/fake".into(),
+            root: None,
         }))
     );
     assert_eq!(
         p(&["--sysfs-root=/x"]),
         Ok(Command::Run(Options {
             json: false,
-            sysfs_root: "/x".into()
+            sysfs_root: "/x".into(),
+            root: None,
         }))
     );
     assert_eq!(p(&["--json", "-h"]), Ok(Command::Help));
+    assert_eq!(
+        p(&["--root", "/host"]),
+        Ok(Command::Run(Options {
+            json: false,
+            sysfs_root: "/host/sys".into(),
+            root: Some("/host".into()),
+        }))
+    );
+    assert!(p(&["--root"]).is_err());
     assert!(p(&["--sysfs-root"]).is_err());
     assert!(p(&["--sysfs-root="]).is_err());
     assert_eq!(
