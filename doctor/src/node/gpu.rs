@@ -86,7 +86,9 @@ pub fn read_nvidia(roots: &Roots) -> NvidiaDriver {
 /// `version: 2.17.5` from `<proc>/driver/nvidia-fs/version`.
 pub(crate) fn nvidia_fs_proc_version(proc: &Path) -> Option<String> {
     let text = pci::read(&proc.join("driver/nvidia-fs/version"))?;
-    let line = text.lines().find(|l| l.to_ascii_lowercase().contains("version"))?;
+    let line = text
+        .lines()
+        .find(|l| l.to_ascii_lowercase().contains("version"))?;
     Some(line.rsplit(':').next()?.trim().to_string()).filter(|s| !s.is_empty())
 }
 
@@ -200,7 +202,10 @@ pub fn gdr_checks(f: &NodeFacts) -> Vec<Check> {
                 "gdr.path",
                 &nic.name,
                 Status::Ok,
-                format!("{}: GPUDirect RDMA via DMA-BUF (nvidia-peermem is loaded too; NCCL uses it only with NCCL_DMABUF_ENABLE=0)", nic.name),
+                format!(
+                    "{}: GPUDirect RDMA via DMA-BUF (nvidia-peermem is loaded too; NCCL uses it only with NCCL_DMABUF_ENABLE=0)",
+                    nic.name
+                ),
             ),
             (true, false) => Check::new(
                 "gdr.path",

@@ -152,8 +152,7 @@ pub fn iommu_check(f: &NodeFacts) -> Check {
         format!("/sys/class/iommu: {}", i.units.join(" "))
     });
     for (dev, t) in &i.group_types {
-        c.evidence
-            .push(format!("{dev}: iommu_group/type = {t}"));
+        c.evidence.push(format!("{dev}: iommu_group/type = {t}"));
     }
     c
 }

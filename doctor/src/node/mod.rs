@@ -11,6 +11,8 @@
 //! sysfs), [`pci`] (facts) and [`topology`] (NCCL distance, ACS, links, SR-IOV), [`pod`] (the
 //! pod's view: interfaces, `/dev/infiniband`, capabilities, `/dev/shm`, container).
 
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod gpu;
 pub mod iommu;
 pub mod pci;

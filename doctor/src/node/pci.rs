@@ -214,7 +214,11 @@ fn nccl_parents(path: &[String]) -> (Vec<String>, String) {
     loop {
         // Skip one level (a downstream port, or the root port), keep the next.
         if i < 2 || !is_bdf(&path[i - 1]) || !is_bdf(&path[i - 2]) {
-            let root = path.iter().find(|c| !is_bdf(c)).cloned().unwrap_or_default();
+            let root = path
+                .iter()
+                .find(|c| !is_bdf(c))
+                .cloned()
+                .unwrap_or_default();
             return (switches, root);
         }
         i -= 2;

@@ -81,13 +81,10 @@ pub fn memlock_from_limits(text: &str) -> Option<Option<u64>> {
 /// The size of the `/dev/shm` mount (the last one wins): its `size=` option (`k`, `m`, `g`
 /// suffixes), else tmpfs's default of half of `MemTotal`.
 pub fn shm_from_mounts(mounts: &str, meminfo: &str) -> Option<u64> {
-    let opts = mounts
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 4 && f[1] == "/dev/shm").then(|| f[3].to_string())
-        })
-        .last()?;
+    let opts = mounts.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 4 && f[1] == "/dev/shm").then(|| f[3].to_string())
+    })?;
     if let Some(size) = opts.split(',').find_map(|o| o.strip_prefix("size=")) {
         let (num, mult) = match size.char_indices().last() {
             Some((i, 'k' | 'K')) => (&size[..i], 1u64 << 10),
@@ -224,7 +221,13 @@ fn uverbs_check(f: &NodeFacts) -> Option<Check> {
         f.nics.iter().partition(|n| n.uverbs_present);
     let list = |v: &[&RdmaNic]| {
         v.iter()
-            .map(|n| format!("{} ({})", n.name, n.uverbs.as_deref().unwrap_or("no uverbs")))
+            .map(|n| {
+                format!(
+                    "{} ({})",
+                    n.name,
+                    n.uverbs.as_deref().unwrap_or("no uverbs")
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -244,7 +247,10 @@ fn uverbs_check(f: &NodeFacts) -> Option<Check> {
             "pod.uverbs",
             "node",
             Status::Ok,
-            format!("/dev/infiniband has the uverbs device of every RDMA device: {}", list(&given)),
+            format!(
+                "/dev/infiniband has the uverbs device of every RDMA device: {}",
+                list(&given)
+            ),
         )
     } else {
         Check::new(
@@ -286,11 +292,20 @@ fn memlock_check(p: &PodFacts) -> Check {
             Status::Ok,
             format!(
                 "RDMA registrations can pin memory: {}",
-                if cap { "CAP_IPC_LOCK is effective" } else { "memlock is unlimited" }
+                if cap {
+                    "CAP_IPC_LOCK is effective"
+                } else {
+                    "memlock is unlimited"
+                }
             ),
         )
     } else if p.memlock.is_none() && p.cap_ipc_lock.is_none() {
-        Check::new("pod.memlock", "node", Status::Info, "locked-memory limit and capabilities unknown")
+        Check::new(
+            "pod.memlock",
+            "node",
+            Status::Info,
+            "locked-memory limit and capabilities unknown",
+        )
     } else {
         Check::new(
             "pod.memlock",

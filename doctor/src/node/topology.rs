@@ -23,7 +23,10 @@ pub fn topology_checks(f: &NodeFacts) -> Vec<Check> {
         .collect();
     if !f.gpus.is_empty() && !nics.is_empty() {
         let (level, level_text) = match f.pod.net_gdr_level.as_deref() {
-            None => (DEFAULT_GDR_LEVEL, "NCCL_NET_GDR_LEVEL unset (NCCL's default PXB)".to_string()),
+            None => (
+                DEFAULT_GDR_LEVEL,
+                "NCCL_NET_GDR_LEVEL unset (NCCL's default PXB)".to_string(),
+            ),
             Some(v) => match Distance::parse_level(v) {
                 Some(d) => (d, format!("NCCL_NET_GDR_LEVEL={v}")),
                 None => {
@@ -36,7 +39,10 @@ pub fn topology_checks(f: &NodeFacts) -> Vec<Check> {
                         )
                         .fix("use LOC, PIX, PXB, PHB or SYS"),
                     );
-                    (DEFAULT_GDR_LEVEL, format!("NCCL_NET_GDR_LEVEL={v:?} (invalid)"))
+                    (
+                        DEFAULT_GDR_LEVEL,
+                        format!("NCCL_NET_GDR_LEVEL={v:?} (invalid)"),
+                    )
                 }
             },
         };
@@ -173,13 +179,16 @@ fn acs_check(g: &PciFn, nic: &RdmaNic, p: &PciFn) -> Check {
 }
 
 fn link_checks(f: &NodeFacts) -> Vec<Check> {
-    let mut all: Vec<(String, &PciFn, bool)> =
-        f.gpus.iter().map(|g| (format!("GPU {}", g.bdf), g, true)).collect();
-    all.extend(
-        f.nics
-            .iter()
-            .filter_map(|n| n.pci.as_ref().map(|p| (format!("{} ({})", n.name, p.bdf), p, false))),
-    );
+    let mut all: Vec<(String, &PciFn, bool)> = f
+        .gpus
+        .iter()
+        .map(|g| (format!("GPU {}", g.bdf), g, true))
+        .collect();
+    all.extend(f.nics.iter().filter_map(|n| {
+        n.pci
+            .as_ref()
+            .map(|p| (format!("{} ({})", n.name, p.bdf), p, false))
+    }));
     let mut out = Vec::new();
     let mut at_max = 0;
     for (name, p, is_gpu) in &all {
@@ -211,7 +220,9 @@ fn link_checks(f: &NodeFacts) -> Vec<Check> {
                 "pcie.link",
                 name,
                 Status::Info,
-                format!("{name}: link speed below its maximum ({text}); GPUs lower their link speed when idle, check again under load"),
+                format!(
+                    "{name}: link speed below its maximum ({text}); GPUs lower their link speed when idle, check again under load"
+                ),
             )
         };
         out.push(c.evidence(format!(
@@ -259,7 +270,10 @@ fn sriov_checks(f: &NodeFacts) -> Vec<Check> {
                 ),
             )
         };
-        out.push(c.evidence(format!("/sys/class/infiniband/{}/device/physfn -> {parent}", n.name)));
+        out.push(c.evidence(format!(
+            "/sys/class/infiniband/{}/device/physfn -> {parent}",
+            n.name
+        )));
     }
     if out.is_empty() && f.nics.iter().any(|n| n.pci.is_some()) {
         out.push(Check::new(
