@@ -181,13 +181,26 @@ pub fn collect_node(
         })
     };
     let gpus = pci::list_gpus(sys);
+    // `class/infiniband_verbs/uverbsN/ibdev` names the device of every uverbs node, virtual
+    // devices (rxe, which has no `device` link) included.
+    let verbs_class = sys.join("class/infiniband_verbs");
+    let uverbs_of: Vec<(String, String)> = pci::dir_names(&verbs_class)
+        .into_iter()
+        .filter_map(|u| pci::read(&verbs_class.join(&u).join("ibdev")).map(|d| (d, u)))
+        .collect();
     let nics: Vec<RdmaNic> = pci::dir_names(&sys.join("class/infiniband"))
         .into_iter()
         .map(|name| {
             let link = pci::rdma_device_link(sys, &name);
-            let uverbs = pci::dir_names(&link.join("infiniband_verbs"))
-                .into_iter()
-                .find(|n| n.starts_with("uverbs"));
+            let uverbs = uverbs_of
+                .iter()
+                .find(|(d, _)| *d == name)
+                .map(|(_, u)| u.clone())
+                .or_else(|| {
+                    pci::dir_names(&link.join("infiniband_verbs"))
+                        .into_iter()
+                        .find(|n| n.starts_with("uverbs"))
+                });
             RdmaNic {
                 pci: pci::read_pci_fn(sys, &link),
                 netdevs: pci::dir_names(&link.join("net")),

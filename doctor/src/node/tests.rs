@@ -286,6 +286,23 @@ fn gpus_without_the_nvidia_module_fail_and_no_gpu_is_not_applicable() {
 }
 
 #[test]
+fn a_virtual_device_finds_its_uverbs_through_the_verbs_class() {
+    // rxe has no `device` link: its uverbs node is only named by class/infiniband_verbs.
+    let t = Tree::new();
+    std::fs::create_dir_all(t.path("sys/class/infiniband/rxe0")).unwrap();
+    t.write("sys/class/infiniband_verbs/uverbs0/ibdev", "rxe0\n");
+    t.write("dev/infiniband/uverbs0", "");
+    let f = facts(&t, vec![], &[]);
+    assert_eq!(f.nics[0].uverbs.as_deref(), Some("uverbs0"));
+    let c = one(&f, "pod.uverbs");
+    assert_eq!(c.status, Status::Ok, "{c:#?}");
+    assert!(
+        worst(&node_checks(&f)) <= Status::Info,
+        "a soft-RoCE host has nothing failing"
+    );
+}
+
+#[test]
 fn software_rdma_devices_have_no_dmabuf() {
     let t = gpu_node(true, "6.1.0-56-amd64");
     std::fs::create_dir_all(t.path("sys/class/infiniband/rxe0")).unwrap();
