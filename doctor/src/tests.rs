@@ -751,6 +751,10 @@ fn a_failed_node_check_makes_the_exit_status_3_and_shows_in_every_renderer() {
         squash(&text).contains("=> GPUDirect RDMA, node and pod: 2 failed check(s) and"),
         "{text}"
     );
+    assert!(
+        squash(&text).contains("warning(s) above (exit status 3)"),
+        "{text}"
+    );
     let v: Value = serde_json::from_str(&render_json(&r)).unwrap();
     assert_eq!(v["verdict"]["exit_code"], 3);
     assert_eq!(v["verdict"]["node_status"], "fail");

@@ -188,9 +188,17 @@ pub fn node_summary(r: &Report) -> Option<String> {
     Some(match (fail, warn) {
         (0, 0) => "GPUDirect RDMA, node and pod: no problem found".to_string(),
         (0, w) => format!("GPUDirect RDMA, node and pod: {w} warning(s) above"),
-        (f, w) => format!(
-            "GPUDirect RDMA, node and pod: {f} failed check(s) and {w} warning(s) above (exit status 3)"
-        ),
+        (f, w) => {
+            // Exit status 3 only applies when the plugin itself would work (else it is 1).
+            let status = if overall(r).ok {
+                " (exit status 3)"
+            } else {
+                ""
+            };
+            format!(
+                "GPUDirect RDMA, node and pod: {f} failed check(s) and {w} warning(s) above{status}"
+            )
+        }
     })
 }
 

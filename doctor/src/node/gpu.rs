@@ -142,6 +142,18 @@ pub fn gdr_checks(f: &NodeFacts) -> Vec<Check> {
             .fix("check the GPU Operator's driver pod on this node (nvidia-driver-daemonset) and its logs"),
         ];
     }
+    if f.nics.is_empty() {
+        return vec![Check::new(
+            "gdr.path",
+            "node",
+            Status::Info,
+            format!(
+                "{} NVIDIA GPU(s) but no RDMA device: NCCL's traffic between nodes goes over its socket transport",
+                f.gpus.len()
+            ),
+        )
+        .evidence("/sys/class/infiniband is empty or absent")];
+    }
     let kernel = f.kernel.version();
     let kernel_ok = kernel.is_none_or(|v| v >= DMABUF_MIN_KERNEL);
     let kernel_text = match &f.kernel {
@@ -180,7 +192,7 @@ pub fn gdr_checks(f: &NodeFacts) -> Vec<Check> {
         match nv.flavor {
             Flavor::Open => {}
             Flavor::Proprietary => {
-                blockers.push("proprietary NVIDIA kernel modules (CUDA exports DMA-BUF for RDMA only with the open modules)".to_string());
+                blockers.push("proprietary NVIDIA kernel modules: CUDA exports DMA-BUF for RDMA only with the open modules".to_string());
             }
             Flavor::Unknown => blockers.push("NVIDIA kernel module flavour unknown".to_string()),
         }
@@ -240,7 +252,7 @@ pub fn gdr_checks(f: &NodeFacts) -> Vec<Check> {
                     &nic.name,
                     Status::Fail,
                     format!(
-                        "{}: no GPUDirect RDMA: {why} ({}); NCCL stages GPU data through host memory",
+                        "{}: no GPUDirect RDMA: {why}; DMA-BUF not possible: {}; NCCL stages GPU data through host memory",
                         nic.name,
                         blockers.join("; ")
                     ),

@@ -278,6 +278,13 @@ fn gpus_without_the_nvidia_module_fail_and_no_gpu_is_not_applicable() {
     );
 
     let t = Tree::new();
+    t.nvidia(true, "550.90.07");
+    t.gpu(&GPU0, 0, X16_GEN4);
+    let gdr = one(&facts(&t, vec![], &[]), "gdr.path");
+    assert_eq!(gdr.status, Status::Info);
+    assert!(gdr.summary.contains("no RDMA device"), "{}", gdr.summary);
+
+    let t = Tree::new();
     t.rdma("mlx5_0", &NIC0, &["ens1f0"], "uverbs0", true);
     let f = facts(&t, vec![], &[]);
     let gdr = one(&f, "gdr.path");
