@@ -14,6 +14,7 @@ pub mod mrcache;
 pub mod oob;
 pub mod plugin;
 mod shim;
+pub mod stats;
 pub mod transport;
 
 pub use ferro_ffi as ffi;
@@ -26,3 +27,11 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The v8 function table NCCL finds with `dlsym("ncclNetPlugin_v8")`.
 #[unsafe(no_mangle)]
 pub static ncclNetPlugin_v8: ffi::ncclNet_v8_t = shim::TABLE;
+
+/// Counts heap allocations (see [`stats`]); otherwise the system allocator.
+#[global_allocator]
+static ALLOCATOR: stats::CountingAlloc = stats::CountingAlloc;
+
+/// Ferro's statistics (not an NCCL symbol): the process's allocations and a comm's counters.
+#[unsafe(no_mangle)]
+pub static ferroNetStats_v1: ffi::FerroNetStatsFn = shim::ferro_net_stats;

@@ -402,6 +402,14 @@ impl Comm {
         format!("{}: {what} comm closed: {summary}", self.describe())
     }
 
+    /// A copy of the comm's counters.
+    pub fn counters(&self) -> Result<ferro_proto::comm::counters::Counters> {
+        Ok(match &self.side {
+            Side::Sender { core, .. } => self.lock(core)?.health.counters,
+            Side::Receiver { core, .. } => self.lock(core)?.health.counters,
+        })
+    }
+
     /// `test`: `Some` when the request is done (it is then freed).
     pub(super) fn test(&self, idx: u32) -> Result<Option<Done>> {
         match &self.side {
