@@ -1,0 +1,89 @@
+//! The per-communicator context of ABI v11+: `init` creates one for every communicator (many per
+//! process), `listen`/`connect` take it, `finalize` frees it. It owns what is the communicator's
+//! own: its id, its config (the traffic class, copied: NCCL passes a stack object) and the last
+//! hints `setNetAttr` gave. The devices stay process-wide ([`crate::plugin`]).
+
+use crate::error::{Error, Result};
+use core::ffi::c_void;
+use ferro_ffi::log_flags::NET;
+use ferro_ffi::ncclNetAttr_v11_t;
+use std::sync::Mutex;
+
+const CTX_MAGIC: u64 = 0x4645_5252_4f43_5458; // "FERROCTX"
+const FREED_MAGIC: u64 = 0x4645_5252_4f46_5245; // "FERROFRE"
+
+/// One communicator's context.
+#[derive(Debug)]
+pub(super) struct NetContext {
+    magic: u64,
+    pub(super) comm_id: u64,
+    /// The communicator's traffic class (`None`: `NCCL_IB_TC` applies).
+    pub(super) traffic_class: Option<u8>,
+    /// The last hints from `setNetAttr` (service and progress threads may set them at once).
+    pub(super) attr: Mutex<Option<ncclNetAttr_v11_t>>,
+}
+
+impl NetContext {
+    pub(super) fn new(comm_id: u64, traffic_class: Option<u8>) -> Box<NetContext> {
+        crate::info!(
+            NET,
+            "network context for communicator {comm_id:#018x}: traffic class {}",
+            traffic_class.map_or("NCCL_IB_TC".to_string(), |t| t.to_string())
+        );
+        Box::new(NetContext {
+            magic: CTX_MAGIC,
+            comm_id,
+            traffic_class,
+            attr: Mutex::new(None),
+        })
+    }
+
+    /// The context behind a pointer NCCL passes back.
+    ///
+    /// # Safety
+    /// `p` is NULL or a pointer `init` returned and `finalize` has not freed.
+    pub(super) unsafe fn from_ptr<'a>(p: *mut c_void) -> Result<&'a NetContext> {
+        if p.is_null() {
+            return Err(Error::Usage(
+                "the network context is NULL (init failed or was not called for this communicator)"
+                    .into(),
+            ));
+        }
+        // SAFETY: per this function's contract p points to a live NetContext; its first field is
+        // the magic word, read before anything else.
+        let ctx = unsafe { &*p.cast::<NetContext>() };
+        if ctx.magic != CTX_MAGIC {
+            return Err(Error::Usage(
+                "pointer is not a network context of this plugin (or was finalized)".into(),
+            ));
+        }
+        Ok(ctx)
+    }
+
+    /// Records `setNetAttr`'s hints.
+    pub(super) fn set_attr(&self, attr: ncclNetAttr_v11_t) {
+        *self.attr.lock().unwrap_or_else(|p| p.into_inner()) = Some(attr);
+    }
+}
+
+/// `finalize`: frees the context. NULL (a failed `init` leaves NULL behind) is accepted.
+///
+/// # Safety
+/// `p` is NULL or a pointer `init` returned that NCCL never uses again.
+pub(super) unsafe fn finalize(p: *mut c_void) -> Result<()> {
+    if p.is_null() {
+        return Ok(());
+    }
+    // SAFETY: forwarded contract; checks the magic word.
+    unsafe { NetContext::from_ptr(p) }?;
+    // SAFETY: allocated by Box::into_raw in init; NCCL hands it back once.
+    let mut ctx = unsafe { Box::from_raw(p.cast::<NetContext>()) };
+    crate::info!(
+        NET,
+        "network context for communicator {:#018x} finalized",
+        ctx.comm_id
+    );
+    ctx.magic = FREED_MAGIC;
+    drop(ctx);
+    Ok(())
+}
