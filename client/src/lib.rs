@@ -23,6 +23,7 @@ pub mod logger;
 pub mod mapped;
 pub mod net;
 pub mod raw;
+pub mod table;
 
 pub use error::{HResult, HarnessError, NcclExt};
 pub use handle::{Handle, handle_socket_addr};

@@ -31,7 +31,7 @@ pub mod guest;
 pub mod rank;
 pub mod scenario;
 
-pub use ferro_client::{bail, buffer, ensure, error, handle, logger, net};
+pub use ferro_client::{bail, buffer, ensure, error, handle, logger, net, raw, table};
 
 pub use error::{HResult, HarnessError, NcclExt};
 pub use handle::{Handle, handle_socket_addr};
