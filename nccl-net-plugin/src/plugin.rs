@@ -81,11 +81,23 @@ impl NetDevice {
         }
     }
 
-    /// Most bytes one request buffer may carry: one RDMA write carries a whole buffer (its size
-    /// travels as a 32-bit immediate or sizes entry), so the port's `max_msg_sz` bounds it.
+    /// Most bytes one request buffer may carry ([`request_limit`] of the port's `max_msg_sz`).
     pub fn max_request_bytes(&self) -> u64 {
-        u64::from(self.max_msg_sz.max(1))
+        request_limit(self.max_msg_sz)
     }
+}
+
+/// NCCL's own cap on one network request (`NCCL_MAX_NET_SIZE`, 1 GiB): the core never asks for
+/// more in one `isend`/`irecv` buffer.
+pub const NCCL_MAX_NET_SIZE: u64 = 1 << 30;
+
+/// Most bytes one request buffer may carry on a port whose `max_msg_sz` is given: one RDMA write
+/// carries a whole buffer (its size travels as a 32-bit immediate or sizes entry), so the port's
+/// limit bounds it, but never below NCCL's own 1 GiB cap. A device that reports less than that
+/// (rxe reports 8 MiB, and carries up to 2 GiB in one write) is given writes up to 1 GiB, as
+/// NCCL's IB transport gives them too (it posts one write per QP whatever the size).
+pub fn request_limit(max_msg_sz: u32) -> u64 {
+    u64::from(max_msg_sz).max(NCCL_MAX_NET_SIZE)
 }
 
 /// One device's properties as the core knows them; [`crate::shim`] writes them into each ABI
@@ -328,4 +340,18 @@ pub fn device(dev: i32) -> Result<&'static NetDevice> {
                 p.devices.len()
             ))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_request_carries_the_port_limit_but_never_less_than_nccls_cap() {
+        // rxe reports 8 MiB; mlx5 1 GiB; a port may report up to 4 GiB - 1.
+        assert_eq!(request_limit(0x80_0000), 1 << 30);
+        assert_eq!(request_limit(1 << 30), 1 << 30);
+        assert_eq!(request_limit(1 << 31), 1 << 31);
+        assert_eq!(request_limit(u32::MAX), u64::from(u32::MAX));
+    }
 }
