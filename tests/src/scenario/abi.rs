@@ -235,31 +235,45 @@ fn check_properties(ctx: &Ctx, v: AbiVersion) -> HResult<String> {
     Ok(format!("v{} properties ok", v.number()))
 }
 
-/// A size no request can carry is refused with ncclInvalidUsage, before anything is posted.
+/// Sizes no request can carry are refused with ncclInvalidUsage, before anything is posted:
+/// v9+ one byte above `maxP2pBytes` and 2.1 GiB (above what `test`'s `int` sizes can report);
+/// v7/v8 a negative `int`.
 fn check_oversized(net: &Net, send: &SendComm, v: AbiVersion, max: Option<usize>) -> HResult<()> {
     let buf = Buffer::new(PAGE)?;
     let mr = net.reg_host(send, &buf).call("regMr")?;
     let t = net.table();
-    // SAFETY: a live send comm; the plugin must refuse the size before touching the memory.
-    let r = unsafe {
-        match max {
-            Some(max) => raw::isend_bytes(
+    let sizes: Vec<usize> = match max {
+        Some(max) => vec![max + 1, 2_254_857_830],
+        None => vec![],
+    };
+    for size in sizes {
+        // SAFETY: a live send comm; the plugin must refuse the size before touching the memory.
+        let r = unsafe {
+            raw::isend_bytes(
                 t,
                 send.as_ptr(),
                 buf.base(),
-                max + 1,
+                size,
                 TAG,
                 mr.as_ptr(),
                 core::ptr::null_mut(),
-            ),
-            None => raw::isend(t, send.as_ptr(), buf.base(), -1, TAG, mr.as_ptr()),
-        }
-    };
-    ensure!(
-        r == Err(ncclResult_t::InvalidUsage),
-        "v{} isend of an oversized message returned {r:?} (want ncclInvalidUsage)",
-        v.number()
-    );
+            )
+        };
+        ensure!(
+            r == Err(ncclResult_t::InvalidUsage),
+            "v{} isend of {size} bytes returned {r:?} (want ncclInvalidUsage)",
+            v.number()
+        );
+    }
+    if max.is_none() {
+        // SAFETY: as above.
+        let r = unsafe { raw::isend(t, send.as_ptr(), buf.base(), -1, TAG, mr.as_ptr()) };
+        ensure!(
+            r == Err(ncclResult_t::InvalidUsage),
+            "v{} isend of size -1 returned {r:?} (want ncclInvalidUsage)",
+            v.number()
+        );
+    }
     net.dereg_mr(send, mr).call("deregMr")?;
     Ok(())
 }
@@ -301,6 +315,30 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
         let max = (v >= AbiVersion::V9).then(|| ctx.props.max_p2p_bytes.unwrap_or(0));
         check_oversized(net, sc, v, max)?;
         notes.push("oversized send refused".into());
+    }
+    if let (Some(rc), Some(max)) = (&recv, ctx.props.max_p2p_bytes) {
+        let buf = Buffer::new(PAGE)?;
+        let mr = net.reg_host(rc, &buf).call("regMr")?;
+        // SAFETY: a live receive comm; the plugin must refuse the size before posting anything.
+        let r = unsafe {
+            raw::irecv_bytes(
+                net.table(),
+                rc.as_ptr(),
+                &mut [buf.base()],
+                &[max + 1],
+                &mut [TAG],
+                &mut [mr.as_ptr()],
+                None,
+                core::ptr::null_mut(),
+            )
+        };
+        ensure!(
+            r == Err(ncclResult_t::InvalidUsage),
+            "irecv of a {} byte buffer returned {r:?} (want ncclInvalidUsage)",
+            max + 1
+        );
+        net.dereg_mr(rc, mr).call("deregMr")?;
+        notes.push("oversized receive refused".into());
     }
     if v >= AbiVersion::V11 {
         messages += second_context(ctx, send.as_ref(), recv.as_ref())?;
