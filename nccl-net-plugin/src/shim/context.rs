@@ -87,3 +87,49 @@ pub(super) unsafe fn finalize(p: *mut c_void) -> Result<()> {
     drop(ctx);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_lives_from_init_to_finalize_and_is_checked_by_its_magic() {
+        let p: *mut c_void = Box::into_raw(NetContext::new(0x42, Some(3))).cast();
+        // SAFETY: a pointer init would return, not yet finalized.
+        let c = unsafe { NetContext::from_ptr(p) }.expect("valid context");
+        assert_eq!((c.comm_id, c.traffic_class), (0x42, Some(3)));
+        let attr = ncclNetAttr_v11_t {
+            sendCommAttr: ferro_ffi::ncclNetCommAttr_v11_t {
+                maxConcurrentPeers: 8,
+                minConcurrentPeers: 1,
+                maxFlowsPerPeer: 2,
+                minFlowsPerPeer: 1,
+            },
+            recvCommAttr: ferro_ffi::ncclNetCommAttr_v11_t {
+                maxConcurrentPeers: -1,
+                minConcurrentPeers: 1,
+                maxFlowsPerPeer: -1,
+                minFlowsPerPeer: 1,
+            },
+            op: 1 << 6,
+            algo: u32::MAX,
+            proto: u32::MAX,
+        };
+        c.set_attr(attr);
+        assert_eq!(*c.attr.lock().unwrap(), Some(attr));
+        // SAFETY: finalized once, never used again.
+        unsafe { finalize(p) }.expect("finalize");
+    }
+
+    #[test]
+    fn finalize_accepts_null_and_refuses_what_is_not_a_context() {
+        // SAFETY: NULL is what a failed init leaves.
+        assert!(unsafe { finalize(core::ptr::null_mut()) }.is_ok());
+        let mut not_ctx = [0u64; 8];
+        // SAFETY: a live, aligned buffer the size of a context, without its magic word.
+        let r = unsafe { NetContext::from_ptr(not_ctx.as_mut_ptr().cast()) };
+        assert!(r.is_err());
+        // SAFETY: as above; refused before anything is freed.
+        assert!(unsafe { finalize(not_ctx.as_mut_ptr().cast()) }.is_err());
+    }
+}

@@ -355,3 +355,24 @@ pub(super) unsafe fn close(comm: *mut c_void, kind: transport::ObjectKind) -> Re
     // SAFETY: forwarded contract (checked by its magic).
     unsafe { transport::close(comm, kind) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traffic_class_minus_one_means_unset_and_out_of_range_is_refused() {
+        assert_eq!(traffic_class(-1).ok(), Some(None));
+        assert_eq!(traffic_class(0).ok(), Some(Some(0)));
+        assert_eq!(traffic_class(255).ok(), Some(Some(255)));
+        assert!(traffic_class(256).is_err());
+        assert!(traffic_class(-2).is_err());
+    }
+
+    #[test]
+    fn sizes_of_either_width_convert_and_negative_ints_do_not() {
+        assert_eq!(SizeArg::bytes(-1 as c_int), None);
+        assert_eq!(SizeArg::bytes(7 as c_int), Some(7));
+        assert_eq!(SizeArg::bytes(usize::MAX), Some(u64::MAX));
+    }
+}
