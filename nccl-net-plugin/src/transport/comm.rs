@@ -205,6 +205,19 @@ impl Comm {
         self.ep.dev
     }
 
+    /// The traffic class each of the comm's QPs was given, as the kernel reports it back.
+    pub fn qp_traffic_classes(&self) -> Result<Vec<u8>> {
+        self.ep
+            .qps
+            .iter()
+            .map(|q| {
+                q.query(ferro_verbs::sys::IBV_QP_AV)
+                    .map(|a| a.ah_attr.grh.traffic_class)
+                    .map_err(|e| Error::System(e.to_string()))
+            })
+            .collect()
+    }
+
     /// The number of the comm's first QP (named in profiler events).
     pub fn first_qpn(&self) -> u32 {
         self.ep.qps.first().map_or(0, |q| q.qpn())
