@@ -1,7 +1,7 @@
 # Two commands matter (see README.md):
 #   make bench   the main job: plugin vs perftest on soft-RoCE, in a QEMU guest it sets up
 #   make test    every test: host unit/integration tests, then the soft-RoCE guest tests
-.PHONY: test bench build plugin doctor clean-testbed
+.PHONY: test bench build plugin doctor deb clean-testbed
 
 test:
 	scripts/test-all.sh
@@ -18,6 +18,9 @@ plugin: build
 
 doctor:
 	cargo run --release -p nccl-net-doctor
+
+deb:
+	scripts/build-deb.sh
 
 clean-testbed:
 	rm -rf .testbed target/guest-out

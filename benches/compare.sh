@@ -178,6 +178,36 @@ ferro_bw() { # round
   fi
 }
 
+# Many comms on one thread per side, as one NCCL proxy thread drives its channels.
+ferro_comms() { # round
+  ferro "ferro-comms-r$1" comms --sizes 8 --comms 16 --window 8 --time "$ftime" --qps 1 \
+    --split 0 --label "round $1"
+}
+
+# Start-up: a whole process that loads the plugin, runs init and reads every device's
+# properties (ferro-bench devices) next to ibv_devinfo on the same device, wall time of each;
+# and the plugin process's file opens (strace).
+init_times() { # round
+  local t0 t1 devinfo_us plugin_us opens
+  t0=$(date +%s%N)
+  ibv_devinfo -d "$dev" >"$OUT/raw/devinfo-r$1.txt" 2>&1 || true
+  t1=$(date +%s%N)
+  devinfo_us=$(((t1 - t0) / 1000))
+  t0=$(date +%s%N)
+  "$BENCH" devices --dev "$dev" >"$OUT/raw/devices-r$1.txt" 2>&1 || true
+  t1=$(date +%s%N)
+  plugin_us=$(((t1 - t0) / 1000))
+  opens=""
+  if command -v strace >/dev/null 2>&1; then
+    strace -f -qq -e trace=open,openat -o "$OUT/raw/strace-init-r$1.txt" \
+      "$BENCH" devices --dev "$dev" >/dev/null 2>&1 || true
+    opens=$(grep -c 'open' "$OUT/raw/strace-init-r$1.txt" || true)
+  fi
+  [[ -f "$OUT/init.csv" ]] || echo "round,ibv_devinfo_us,plugin_devices_us,plugin_file_opens" >"$OUT/init.csv"
+  echo "$1,$devinfo_us,$plugin_us,$opens" >>"$OUT/init.csv"
+  log "start-up: ibv_devinfo -d $dev $((devinfo_us / 1000)) ms; ferro-bench devices (load, init, properties) $((plugin_us / 1000)) ms, ${opens:-?} file opens"
+}
+
 ferro_lat() { # round
   ferro "ferro-lat-r$1" lat --sizes "$(csv_list "$lat_sizes")" --time "$ftime" --qps 1 \
     --split 0 --label "round $1"
@@ -202,6 +232,8 @@ for ((r = 1; r <= rounds; r++)); do
     ferro_lat "$r"
     perftest_lat "$r"
   fi
+  ferro_comms "$r"
+  init_times "$r"
   log "round $r done after $((SECONDS - start)) s"
 done
 

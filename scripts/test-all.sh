@@ -3,6 +3,8 @@
 #   1. provision the machine (packages, soft-RoCE guest kernel) if needed;
 #   2. style: rustfmt and clippy (warnings are errors), before anything slow;
 #   3. host tests: unit tests of every crate and the host_* integration tests (no RDMA needed);
+#      then the Debian package (built, installed into a scratch root, loaded as NCCL does) and
+#      the Kubernetes manifests (API schemas, custom resources, installer script);
 #   4. guest tests: the guest_* integration tests, built here and run inside one boot of the
 #      soft-RoCE QEMU guest (rxe0 on lo, rxe1 on a dummy netdev).
 set -euo pipefail
@@ -29,6 +31,12 @@ cargo build --workspace --all-targets
 
 step "host tests"
 cargo test --workspace --lib --bins --test 'host_*'
+
+step "package: build the .deb, install it into a scratch root, load the plugin as NCCL does"
+scripts/check-package.sh
+
+step "Kubernetes manifests: API schemas (offline), custom resources, installer script"
+scripts/check-manifests.sh
 
 step "building guest tests"
 mkdir -p target/guest-out

@@ -13,10 +13,11 @@
 //!   until the time target is reached.
 
 use crate::error::{Error, Result};
-use crate::model::{LatStats, Mode, Row};
+use crate::model::{LatStats, Mode, OpCounts, Row};
 use crate::net::Req;
 use crate::session::{Cmd, IdleWatch, Session, TAG_DATA, wait_for};
 use crate::units::fmt_size;
+use ferro_ffi::ferroNetStats_v1_t;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,8 @@ pub(crate) struct Plan {
     pub(crate) target: Duration,
     /// Warm-up round trips per size (lat).
     pub(crate) warmup: u64,
+    /// Comms per direction (comms mode).
+    pub(crate) comms: usize,
 }
 
 /// Largest bw buffer (more window slots than fit are reused round-robin, as perftest reuses
@@ -56,7 +59,7 @@ impl Plan {
     /// (client send, client receive) buffer bytes.
     fn buffers(&self) -> (u64, u64) {
         match self.mode {
-            Mode::Bw | Mode::Rate => (self.bw_bytes(), 4096),
+            Mode::Bw | Mode::Rate | Mode::Comms => (self.bw_bytes(), 4096),
             Mode::Lat => {
                 let b = (LAT_DEPTH * self.max_size()).max(4096);
                 (b, b)
@@ -64,7 +67,7 @@ impl Plan {
         }
     }
 
-    fn slots(&self, size: u64) -> u64 {
+    pub(crate) fn slots(&self, size: u64) -> u64 {
         if size == 0 {
             return self.window as u64;
         }
@@ -109,6 +112,14 @@ pub(crate) fn server(s: &mut Session<'_>, plan: &Plan) -> Result<Vec<Row>> {
                 ));
                 r
             }
+            Mode::Comms => {
+                let r = crate::comms::server(s, plan, size).map_err(|e| e.context(&label))?;
+                progress(&format!(
+                    "{label}: {} comms, {} msgs in {:.2} s: {:.0} msg/s in all",
+                    plan.comms, r.count, r.elapsed_s, r.msg_rate
+                ));
+                r
+            }
             Mode::Lat => {
                 let r = server_lat(s, plan, size, prior_rtt).map_err(|e| e.context(&label))?;
                 if let Some(l) = &r.lat {
@@ -137,6 +148,7 @@ pub(crate) fn server(s: &mut Session<'_>, plan: &Plan) -> Result<Vec<Row>> {
 fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64>) -> Result<Row> {
     let window = plan.window.max(1);
     let slots = plan.slots(size);
+    let before = s.net.stats(s.recv)?;
     s.send_cmd(Cmd::Bw {
         size,
         window: window as u64,
@@ -230,12 +242,21 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
             None => idle.idle(&s.wait, &mut s.peer, &what)?,
         }
     }
+    let after = s.net.stats(s.recv)?;
     s.send_cmd(Cmd::Stop { count: posted })?;
+    let client = s.recv_report()?;
     let (count, elapsed_s) = match (t_first, t_last) {
         (Some(a), Some(b)) => (done - 1, (b - a).as_secs_f64()),
         _ => (0, 0.0),
     };
-    Ok(Row::bw(plan.mode, size, count, elapsed_s, window, slots))
+    let mut row = Row::bw(plan.mode, size, count, elapsed_s, window, slots);
+    if let (Some(b), Some(a), Some(c)) = (before, after, client) {
+        row.ops = Some(OpCounts::per_message(
+            [deltas(&b, &a), c],
+            a.messages - b.messages,
+        ));
+    }
+    Ok(row)
 }
 
 /// One latency measurement: a warm-up batch, then the measured batch.
@@ -406,7 +427,10 @@ pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
                 slots,
             } => {
                 ctrl = s.post_cmd_recv()?;
+                let before = s.net.stats(s.send)?;
                 let st = client_bw(s, size, window, slots, ctrl)?;
+                let after = s.net.stats(s.send)?;
+                s.send_report(before.zip(after).map(|(b, a)| deltas(&b, &a)))?;
                 if verbose {
                     progress(&format!(
                         "client: bw {}: {} isend 'not yet' answers, {} of {} passes with a full window, {} test calls, {:.1} us per pass",
@@ -423,10 +447,28 @@ pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
             Cmd::Lat { size, count } => {
                 ctrl = client_lat(s, size, count, verbose)?;
             }
+            Cmd::Comms { n, size, window } => {
+                ctrl = s.post_cmd_recv()?;
+                crate::comms::client(s, n, size, window, ctrl)?;
+                ctrl = s.post_cmd_recv()?;
+            }
             Cmd::Stop { .. } => return Err(Error::new("unexpected Stop outside a bw phase")),
             Cmd::Done => return Ok(()),
         }
     }
+}
+
+/// The counters a bw phase reports, as deltas: send posts, receive posts, clear-to-send
+/// writes, polls, empty polls, allocations.
+fn deltas(b: &ferroNetStats_v1_t, a: &ferroNetStats_v1_t) -> [u64; 6] {
+    [
+        a.send_posts - b.send_posts,
+        a.recv_posts - b.recv_posts,
+        a.cts_writes - b.cts_writes,
+        a.polls - b.polls,
+        a.empty_polls - b.empty_polls,
+        a.allocations - b.allocations,
+    ]
 }
 
 fn client_bw(

@@ -4,6 +4,7 @@
 //! ("ncclNetPlugin_v8")`) and called only through its table. See `ferro-bench --help`.
 
 mod bench;
+mod comms;
 mod compare;
 mod error;
 mod model;
@@ -31,9 +32,9 @@ const USAGE: &str = "\
 ferro-bench: micro-benchmark of an ncclNet v8 plugin between two processes
 
 usage:
-  ferro-bench [run] bw|lat|rate [options]   both sides: this process serves and measures,
+  ferro-bench [run] bw|lat|rate|comms [opts]   both sides: this process serves and measures,
                                             a child process of itself is the client
-  ferro-bench server bw|lat|rate [options]  listen, print the 128-byte handle (hex) as the
+  ferro-bench server MODE [options]          listen, print the 128-byte handle (hex) as the
                                             first line of stdout, measure, print the table
   ferro-bench client [--handle HEX] [opts]  connect to a server (handle from --handle, or the
                                             first line of stdin) and follow its commands
@@ -46,6 +47,8 @@ modes:
   lat   ping-pong (send, then receive the echo); median and p99 one-way latency (half the
         round trip)
   rate  message rate of small messages (default sizes 8..4096, window 32)
+  comms --comms N comms (default 16) driven round-robin by one thread on each side, as one
+        NCCL proxy thread drives many channels; aggregate message rate (default size 8)
 
 options (both sides):
   --plugin PATH      plugin .so (default: $FERRO_PLUGIN_SO, else libnccl_net_ferro.so next to
@@ -105,6 +108,7 @@ struct BenchOpts {
     json: Option<PathBuf>,
     csv: Option<PathBuf>,
     label: String,
+    comms: usize,
 }
 
 #[derive(Debug)]
@@ -121,6 +125,7 @@ fn parse_mode(s: &str) -> Option<Mode> {
         "bw" => Some(Mode::Bw),
         "lat" => Some(Mode::Lat),
         "rate" => Some(Mode::Rate),
+        "comms" => Some(Mode::Comms),
         _ => None,
     }
 }
@@ -172,6 +177,7 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
         json: None,
         csv: None,
         label: String::new(),
+        comms: 16,
     };
     let mut handle = None;
     let server_side = kind == "run" || kind == "server";
@@ -248,6 +254,13 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
                     return Err(Error::new("--window must be 1..32 (NCCL_NET_MAX_REQUESTS)"));
                 }
             }
+            "--comms" => {
+                bench_only(&opt)?;
+                opts.comms = num(&opt, &val)?;
+                if !(1..=256).contains(&opts.comms) {
+                    return Err(Error::new("--comms must be 1..256"));
+                }
+            }
             "--time" => {
                 bench_only(&opt)?;
                 opts.time_s = num(&opt, &val)?;
@@ -305,6 +318,7 @@ fn sizes_of(o: &BenchOpts) -> Result<Vec<u64>> {
         None => {
             let (dmin, dmax) = match o.mode {
                 Mode::Rate => (8, 4096),
+                Mode::Comms => (8, 8),
                 _ => (8, 64 << 20),
             };
             let (min, max) = (o.min.unwrap_or(dmin), o.max.unwrap_or(dmax));
@@ -546,6 +560,7 @@ fn serve_inner(
         max_iters: o.iters,
         target: Duration::from_secs_f64(o.time_s),
         warmup: o.warmup,
+        comms: o.comms,
     };
     let rows = bench::server(&mut s, &plan)?;
     let setup_s = s.setup_s;

@@ -7,6 +7,8 @@ pub(crate) enum Mode {
     Bw,
     Lat,
     Rate,
+    /// Many comms driven round-robin by one thread (one NCCL proxy thread and its channels).
+    Comms,
 }
 
 impl Mode {
@@ -15,6 +17,7 @@ impl Mode {
             Mode::Bw => "bw",
             Mode::Lat => "lat",
             Mode::Rate => "rate",
+            Mode::Comms => "comms",
         }
     }
 }
@@ -89,6 +92,42 @@ pub(crate) struct Row {
     pub(crate) window: usize,
     pub(crate) slots: u64,
     pub(crate) lat: Option<LatStats>,
+    /// Verbs work and allocations per message, both processes together, as the plugin counts
+    /// them (bw/rate with a plugin that exports its statistics).
+    pub(crate) ops: Option<OpCounts>,
+}
+
+/// Per-message counts of one bw/rate size, summed over the sender's and the receiver's data
+/// comms (and both processes' allocations), from the plugin's own counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct OpCounts {
+    /// `ibv_post_send` calls (data writes, clear-to-send writes).
+    pub(crate) send_posts: f64,
+    /// `ibv_post_recv` calls.
+    pub(crate) recv_posts: f64,
+    /// Clear-to-send writes (each announces one or more receives).
+    pub(crate) cts_writes: f64,
+    /// CQ polls, and how many of them found nothing.
+    pub(crate) polls: f64,
+    pub(crate) empty_polls: f64,
+    /// Heap allocations made by the plugin.
+    pub(crate) allocations: f64,
+}
+
+impl OpCounts {
+    /// The deltas of both sides' counters over `messages` messages.
+    pub(crate) fn per_message(sides: [[u64; 6]; 2], messages: u64) -> OpCounts {
+        let m = messages.max(1) as f64;
+        let f = |i: usize| (sides[0][i] + sides[1][i]) as f64 / m;
+        OpCounts {
+            send_posts: f(0),
+            recv_posts: f(1),
+            cts_writes: f(2),
+            polls: f(3),
+            empty_polls: f(4),
+            allocations: f(5),
+        }
+    }
 }
 
 impl Row {
@@ -120,6 +159,7 @@ impl Row {
             window,
             slots,
             lat: None,
+            ops: None,
         }
     }
 
@@ -143,6 +183,7 @@ impl Row {
             window: 1,
             slots: 1,
             lat: Some(lat),
+            ops: None,
         }
     }
 }

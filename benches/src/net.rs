@@ -6,7 +6,10 @@
 use crate::error::{Error, Result};
 use core::ffi::{CStr, c_char, c_int, c_void};
 use ferro_client::raw;
-use ferro_ffi::{NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST, ncclNet_v8_t, ncclNetProperties_v8_t};
+use ferro_ffi::{
+    FerroNetStatsFn, NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST, ferroNetStats_v1_t, ncclNet_v8_t,
+    ncclNetProperties_v8_t,
+};
 use std::path::{Path, PathBuf};
 
 /// A listen handle as NCCL carries it between ranks.
@@ -43,6 +46,8 @@ pub(crate) struct DevProps {
 #[derive(Debug)]
 pub(crate) struct Net {
     table: ncclNet_v8_t,
+    /// The plugin's statistics function, when it has one.
+    stats: Option<FerroNetStatsFn>,
     pub(crate) path: PathBuf,
     pub(crate) name: String,
 }
@@ -71,6 +76,7 @@ impl Net {
         };
         Ok(Net {
             table,
+            stats: ferro_client::loader::stats_fn(path),
             path: path.to_path_buf(),
             name,
         })
@@ -80,6 +86,21 @@ impl Net {
     /// writes its warnings to stderr.
     pub(crate) fn init(&self) -> Result<()> {
         called(raw::init(&self.table, None), "init")
+    }
+
+    /// The plugin's counters for `c` and its process's allocation count; `None` when the
+    /// plugin does not export them.
+    pub(crate) fn stats(&self, c: Comm) -> Result<Option<ferroNetStats_v1_t>> {
+        let Some(f) = self.stats else {
+            return Ok(None);
+        };
+        let mut out = ferroNetStats_v1_t::default();
+        // SAFETY: c is a live comm of this plugin; out is a valid out-pointer.
+        let r = unsafe { f(c.0, &mut out) };
+        if r != ferro_ffi::ncclResult_t::Success {
+            return Err(Error::new(format!("ferroNetStats_v1 failed with {r:?}")));
+        }
+        Ok(Some(out))
     }
 
     fn device_count(&self) -> Result<c_int> {

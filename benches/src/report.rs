@@ -1,7 +1,7 @@
 //! The renderers of a run's results: the nccl-tests-like table, JSON and CSV, and writing them.
 
 use crate::error::{Context as _, Result};
-use crate::model::{LatStats, Meta, Mode, Row};
+use crate::model::{LatStats, Meta, Mode, OpCounts, Row};
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -32,22 +32,45 @@ pub(crate) fn table(meta: &Meta, rows: &[Row]) -> String {
         }
     );
     match meta.mode {
-        Mode::Bw | Mode::Rate => {
+        Mode::Bw | Mode::Rate | Mode::Comms => {
             let _ = writeln!(
                 t,
-                "# {:>12} {:>10} {:>12} {:>12} {:>12}",
-                "size(B)", "count", "time(us)", "algbw(GB/s)", "msg/s"
+                "# {:>12} {:>10} {:>12} {:>12} {:>12} {:>11} {:>11} {:>9} {:>9}",
+                "size(B)",
+                "count",
+                "time(us)",
+                "algbw(GB/s)",
+                "msg/s",
+                "sendpost/m",
+                "recvpost/m",
+                "polls/m",
+                "allocs/m"
             );
             for r in rows {
+                let o = |f: fn(&OpCounts) -> f64| {
+                    r.ops.map_or("-".to_string(), |o| format!("{:.3}", f(&o)))
+                };
                 let _ = writeln!(
                     t,
-                    "  {:>12} {:>10} {:>12.2} {:>12.6} {:>12.1}",
-                    r.size, r.count, r.time_us, r.algbw_gbs, r.msg_rate
+                    "  {:>12} {:>10} {:>12.2} {:>12.6} {:>12.1} {:>11} {:>11} {:>9} {:>9}",
+                    r.size,
+                    r.count,
+                    r.time_us,
+                    r.algbw_gbs,
+                    r.msg_rate,
+                    o(|o| o.send_posts),
+                    o(|o| o.recv_posts),
+                    o(|o| o.polls),
+                    o(|o| o.allocations)
                 );
             }
             let _ = writeln!(
                 t,
                 "# time = mean time per message from the first to the last receive completion"
+            );
+            let _ = writeln!(
+                t,
+                "# sendpost/m, recvpost/m, polls/m, allocs/m: ibv_post_send and ibv_post_recv calls, CQ polls and plugin heap allocations per message, both processes together (the plugin's own counters)"
             );
         }
         Mode::Lat => {
@@ -96,6 +119,14 @@ pub(crate) fn to_json(meta: &Meta, rows: &[Row]) -> String {
             } else {
                 f.insert("slots".into(), json!(r.slots));
             }
+            if let Some(o) = r.ops {
+                f.insert("send_posts_per_msg".into(), num(o.send_posts));
+                f.insert("recv_posts_per_msg".into(), num(o.recv_posts));
+                f.insert("cts_writes_per_msg".into(), num(o.cts_writes));
+                f.insert("polls_per_msg".into(), num(o.polls));
+                f.insert("empty_polls_per_msg".into(), num(o.empty_polls));
+                f.insert("allocs_per_msg".into(), num(o.allocations));
+            }
             Value::Object(f)
         })
         .collect();
@@ -122,7 +153,12 @@ fn num(v: f64) -> Value {
     if v.is_finite() { json!(v) } else { Value::Null }
 }
 
-pub(crate) const CSV_HEADER: &str = "tool,mode,size,count,elapsed_s,time_us,algbw_gbs,msg_rate,lat_median_us,lat_p99_us,lat_min_us,lat_avg_us,lat_max_us,window,qps,split,device,label";
+pub(crate) const CSV_HEADER: &str = "tool,mode,size,count,elapsed_s,time_us,algbw_gbs,msg_rate,lat_median_us,lat_p99_us,lat_min_us,lat_avg_us,lat_max_us,window,qps,split,device,label,send_posts_per_msg,recv_posts_per_msg,cts_writes_per_msg,polls_per_msg,empty_polls_per_msg,allocs_per_msg";
+
+/// One per-message count as a CSV cell (empty without counters).
+fn of(ops: Option<OpCounts>, f: fn(&OpCounts) -> f64) -> String {
+    ops.map_or(String::new(), |o| format!("{:.4}", f(&o)))
+}
 
 pub(crate) fn to_csv(meta: &Meta, rows: &[Row]) -> String {
     let mut o = String::new();
@@ -151,6 +187,12 @@ pub(crate) fn to_csv(meta: &Meta, rows: &[Row]) -> String {
             meta.split.to_string(),
             meta.dev.replace(',', " "),
             label.clone(),
+            of(r.ops, |o| o.send_posts),
+            of(r.ops, |o| o.recv_posts),
+            of(r.ops, |o| o.cts_writes),
+            of(r.ops, |o| o.polls),
+            of(r.ops, |o| o.empty_polls),
+            of(r.ops, |o| o.allocations),
         ];
         let _ = writeln!(o, "ferro-bench,{}", fields.join(","));
     }

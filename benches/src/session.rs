@@ -6,7 +6,8 @@
 //! 2. the client listens too and sends its own 128-byte handle over that comm;
 //! 3. server `connect(handle2)` / client `accept` give the server→client comm.
 //!
-//! Control messages (64 bytes, tag [`TAG_CTRL`]) travel server→client; the data pattern of every
+//! Control messages (64 bytes, tag [`TAG_CTRL`]) travel server→client; after each bw phase the
+//! client answers with one report (its counters, client→server). The data pattern of every
 //! phase is fixed by its command, so the receive-driven ordering of each comm is never ambiguous.
 
 use crate::error::{Context as _, Error, Result};
@@ -22,6 +23,8 @@ pub(crate) const TAG_DATA: c_int = 1;
 
 const CTRL_BYTES: usize = 64;
 const CTRL_MAGIC: u32 = u32::from_le_bytes(*b"FBNC");
+/// The client's counter report after a bw phase (client → server).
+const REPORT_MAGIC: u32 = u32::from_le_bytes(*b"FBNR");
 
 /// A command from the server to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +42,9 @@ pub(crate) enum Cmd {
     Lat { size: u64, count: u64 },
     /// Close and exit.
     Done,
+    /// Open `n` more comms (the first time), then send `size`-byte messages round-robin over
+    /// them with up to `window` in flight on each, until [`Cmd::Stop`] (whose count is per comm).
+    Comms { n: u64, size: u64, window: u64 },
 }
 
 impl Cmd {
@@ -56,6 +62,7 @@ impl Cmd {
             Cmd::Stop { count } => (3, count, 0, 0),
             Cmd::Lat { size, count } => (4, size, count, 0),
             Cmd::Done => (5, 0, 0, 0),
+            Cmd::Comms { n, size, window } => (6, n, size, window),
         };
         let mut m = [0u8; CTRL_BYTES];
         m[0..4].copy_from_slice(&CTRL_MAGIC.to_le_bytes());
@@ -93,6 +100,11 @@ impl Cmd {
             3 => Cmd::Stop { count: a },
             4 => Cmd::Lat { size: a, count: b },
             5 => Cmd::Done,
+            6 => Cmd::Comms {
+                n: a,
+                size: b,
+                window: c,
+            },
             other => return Err(Error::new(format!("unknown control command {other}"))),
         })
     }
@@ -212,6 +224,11 @@ pub(crate) struct Session<'n> {
     pub(crate) peer: Option<PeerCheck>,
     /// Seconds spent connecting (both comms).
     pub(crate) setup_s: f64,
+    /// The server's listen handle (client), for the comms mode's extra connections.
+    server_handle: Option<Handle>,
+    /// The comms mode's extra comms (send comms on the client, receive comms on the server),
+    /// each with the data buffer registered on it.
+    pub(crate) extra: Vec<(Comm, Mr)>,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -291,6 +308,7 @@ impl<'n> Session<'n> {
         wait: WaitCfg,
     ) -> Result<Session<'n>> {
         let start = Instant::now();
+        let original = handle;
         let mut peer: Option<PeerCheck> = None;
         let send = wait_for(
             &wait,
@@ -322,7 +340,7 @@ impl<'n> Session<'n> {
         })?;
         let ctrl_recv = register(net, recv, 4096, 0)?;
         let comms = (send, recv, listen);
-        Ok(Self::set_up(
+        let mut s = Self::set_up(
             net,
             dev,
             Role::Client,
@@ -331,7 +349,45 @@ impl<'n> Session<'n> {
             wait,
             peer,
             start,
-        ))
+        );
+        s.server_handle = Some(original);
+        Ok(s)
+    }
+
+    /// Opens `n` extra comms in the data direction (client → server) if they are not open yet:
+    /// the client connects to the server's listen handle again (each connection from a fresh
+    /// copy, as NCCL's connectors do), the server accepts on its listen comm; both register
+    /// their data buffer on every new comm.
+    pub(crate) fn open_extra(&mut self, n: usize) -> Result<()> {
+        let net = self.net;
+        while self.extra.len() < n {
+            let i = self.extra.len();
+            let (comm, rb) = match self.role {
+                Role::Client => {
+                    let mut h = self
+                        .server_handle
+                        .ok_or_else(|| Error::new("no server handle"))?;
+                    let dev = self.dev.index;
+                    let what = || format!("connecting extra comm {i}");
+                    let c = wait_for(&self.wait, &mut self.peer, &what, || {
+                        net.connect(dev, &mut h)
+                    })?;
+                    (c, self.data_send.as_ref())
+                }
+                Role::Server => {
+                    let l = self.listen.ok_or_else(|| Error::new("no listen comm"))?;
+                    let what = || format!("accepting extra comm {i}");
+                    let c = wait_for(&self.wait, &mut self.peer, &what, || net.accept(l))?;
+                    (c, self.data_recv.as_ref())
+                }
+            };
+            let rb = rb.ok_or_else(|| Error::new("no data buffer"))?;
+            // SAFETY: the data buffer outlives the registration (deregistered in close, before
+            // the buffer is freed).
+            let mr = unsafe { net.reg_mr(comm, rb.buf.at(0)?, rb.buf.len()) }?;
+            self.extra.push((comm, mr));
+        }
+        Ok(())
     }
 
     /// A connected session (both sides end the same way): comms, control buffers, no data
@@ -361,6 +417,8 @@ impl<'n> Session<'n> {
             wait,
             peer,
             setup_s: start.elapsed().as_secs_f64(),
+            server_handle: None,
+            extra: Vec::new(),
         }
     }
 
@@ -399,6 +457,61 @@ impl<'n> Session<'n> {
         })?;
         wait_for(&self.wait, &mut self.peer, &what, || net.test(req))?;
         Ok(())
+    }
+
+    /// Sends this side's counter deltas of a bw phase to the peer (client → server, after the
+    /// phase's last send completed), on the send comm with the control tag.
+    pub(crate) fn send_report(&mut self, deltas: Option<[u64; 6]>) -> Result<()> {
+        let mut m = [0u8; CTRL_BYTES];
+        m[0..4].copy_from_slice(&REPORT_MAGIC.to_le_bytes());
+        m[4..8].copy_from_slice(&u32::from(deltas.is_some()).to_le_bytes());
+        for (i, v) in deltas.unwrap_or_default().iter().enumerate() {
+            m[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        self.ctrl_send.buf.write_at0(&m)?;
+        let (net, send, cs) = (self.net, self.send, &self.ctrl_send);
+        let what = || "sending the phase's counters".to_string();
+        let req = wait_for(&self.wait, &mut self.peer, &what, || {
+            // SAFETY: the report at the start of the registered control buffer, unchanged until
+            // the request completes (waited for below).
+            unsafe { net.isend(send, cs.buf.at(0)?, CTRL_BYTES, TAG_CTRL, cs.mr) }
+        })?;
+        wait_for(&self.wait, &mut self.peer, &what, || net.test(req))?;
+        Ok(())
+    }
+
+    /// Receives the peer's counter deltas of a bw phase (server); `None` when the peer's plugin
+    /// has no statistics.
+    pub(crate) fn recv_report(&mut self) -> Result<Option<[u64; 6]>> {
+        let req = post_recv(
+            self.net,
+            &self.wait,
+            &mut self.peer,
+            self.recv,
+            &self.ctrl_recv,
+            CTRL_BYTES,
+            TAG_CTRL,
+        )?;
+        let net = self.net;
+        let what = || "receiving the client's counters".to_string();
+        let n = wait_for(&self.wait, &mut self.peer, &what, || net.test(req))?;
+        let m = self.ctrl_recv.buf.read_at0(CTRL_BYTES)?;
+        let word = |r: std::ops::Range<usize>| {
+            let mut b = [0u8; 8];
+            b[..r.len()].copy_from_slice(&m[r]);
+            u64::from_le_bytes(b)
+        };
+        if n != CTRL_BYTES || word(0..4) != u64::from(REPORT_MAGIC) {
+            return Err(Error::new("the client's counter report is malformed"));
+        }
+        if word(4..8) == 0 {
+            return Ok(None);
+        }
+        let mut out = [0u64; 6];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = word(8 + 8 * i..16 + 8 * i);
+        }
+        Ok(Some(out))
     }
 
     /// Posts the receive of the next command (client).
@@ -445,6 +558,13 @@ impl<'n> Session<'n> {
                 first_err.get_or_insert(e);
             }
         };
+        for (c, mr) in std::mem::take(&mut self.extra) {
+            keep(net.dereg_mr(c, mr));
+            keep(match self.role {
+                Role::Client => net.close_send(c),
+                Role::Server => net.close_recv(c),
+            });
+        }
         for rb in [self.data_send.take(), self.data_recv.take()]
             .into_iter()
             .flatten()

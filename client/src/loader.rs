@@ -81,6 +81,33 @@ pub fn open_plugin(path: &Path) -> Result<&'static ferro_ffi::ncclNet_v8_t, Stri
     }
 }
 
+/// The plugin's own statistics function (`ferroNetStats_v1`), looked up in the library that
+/// [`open_plugin`] loaded; `None` for a plugin without it. Not part of NCCL's ABI: tools use it
+/// to count posts, polls and allocations per message.
+pub fn stats_fn(path: &Path) -> Option<ferro_ffi::FerroNetStatsFn> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: c is NUL-terminated; RTLD_NOLOAD only finds a library that is already loaded
+    // (it takes one more reference, never released: the library is never unloaded anyway).
+    let lib = unsafe {
+        libc::dlopen(
+            c.as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NOLOAD,
+        )
+    };
+    if lib.is_null() {
+        return None;
+    }
+    let name = CString::new(ferro_ffi::FERRO_NET_STATS_SYMBOL).ok()?;
+    // SAFETY: lib is a live handle; the name is NUL-terminated.
+    let sym = unsafe { libc::dlsym(lib, name.as_ptr()) };
+    if sym.is_null() {
+        return None;
+    }
+    // SAFETY: the symbol is the plugin's exported static holding the function pointer (type
+    // pinned in ferro-ffi), immutable, in a library that is never unloaded.
+    Some(unsafe { *sym.cast::<ferro_ffi::FerroNetStatsFn>() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,19 @@ use nccl_net_ferro::discovery::{
 };
 use std::path::Path;
 
-/// Gathers the report for this host, reading RDMA sysfs under `sys_root`.
+/// Gathers the report for this host, reading RDMA sysfs under `sys_root` (and `/proc`, `/dev`).
 pub fn collect(sys_root: &Path) -> Report {
+    collect_at(&Roots {
+        sys: sys_root.to_path_buf(),
+        proc: "/proc".into(),
+        dev: "/dev".into(),
+    })
+}
+
+/// Gathers the report reading `/sys`, `/proc` and `/dev` under `roots` (libibverbs and the
+/// plugin's discovery still see the real host; the node and pod checks read only the roots).
+pub fn collect_at(roots: &Roots) -> Report {
+    let sys_root = roots.sys.as_path();
     let (config, config_warnings) = Config::from_env();
     let disc = discover(sys_root, &config);
     let override_value = std::env::var(LIB_ENV).ok().filter(|s| !s.is_empty());
@@ -69,6 +80,11 @@ pub fn collect(sys_root: &Path) -> Report {
         devices,
         enumeration_errors,
         host,
+        node: Some(collect_node(
+            roots,
+            nccl_net_ferro::oob::interfaces(),
+            &|k| std::env::var(k).ok(),
+        )),
     }
 }
 

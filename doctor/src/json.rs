@@ -51,7 +51,7 @@ pub fn to_json(r: &Report) -> Value {
     };
     let o = overall(r);
     json!({
-        "format_version": 1,
+        "format_version": 2,
         "plugin": {"name": r.plugin_name, "version": r.plugin_version},
         "config": {
             "summary": c.summary(),
@@ -101,12 +101,15 @@ pub fn to_json(r: &Report) -> Value {
                 "ferro_ibverbs_lib": lib.override_value,
             },
         },
+        "node": r.node.as_ref().map(|f| node::node_json(f, &node_checks(f))),
         "warnings": warnings(r),
         "verdict": {
             "ok": o.ok,
             "usable_ports": o.usable_ports,
             "lines": verdict_lines(r).into_iter().map(|v| v.line).collect::<Vec<_>>(),
             "summary": o.summary,
+            "node_status": node_status(r).map(Status::name),
+            "node_summary": node_summary(r),
             "exit_code": exit_code(r),
         },
     })

@@ -1,6 +1,6 @@
 //! `nccl-net-doctor`: "will the plugin work on this host, and why (not)?" in one screen.
 //!
-//! The module is split in three layers, so that everything but the first is tested without RDMA
+//! The module is split in layers, so that everything but collection is tested without RDMA
 //! hardware:
 //!
 //! 1. **Collection** ([`collect`]): runs the plugin's own [`discover`] (same configuration, same
@@ -11,17 +11,29 @@
 //!    ([`port_verdict`], [`overall`]) and findings ([`memlock_finding`], [`shm_finding`], ...) are
 //!    pure functions of it.
 //! 3. **Rendering**: [`render_text`] (the screen) and [`to_json`] / [`render_json`] (`--json`).
+//! 4. **Node and pod** ([`node`]): "is this node and this pod set up right for GPUDirect RDMA?"
+//!    (NVIDIA kernel modules and the GPUDirect RDMA path per device, GPUDirect Storage, GDRCopy,
+//!    IOMMU mode, PCIe distance in NCCL's terms, ACS, link width and speed, SR-IOV, and the pod's
+//!    view: `NCCL_SOCKET_IFNAME`, `/dev/infiniband/uverbs*`, `CAP_IPC_LOCK`/memlock, `/dev/shm`,
+//!    container), each a [`Check`] with its evidence and fix, read from a [`Roots`] (`--root`).
 //!
-//! Exit status ([`exit_code`]): 0 when the plugin would expose at least one device port to NCCL,
-//! 1 when none would (no libibverbs, no device, no usable port, or `NCCL_IB_DISABLE=1`); the
-//! binary uses 2 for usage errors.
+//! # Exit status ([`exit_code`]), stable for readiness probes
+//!
+//! - 0: the plugin would expose at least one device port to NCCL and no node or pod check failed;
+//! - 1: the plugin would expose none (no libibverbs, no device, no usable port, or
+//!   `NCCL_IB_DISABLE=1`);
+//! - 2: usage error (the binary);
+//! - 3: the plugin would expose a port, but a node or pod check has status `fail` (GPUDirect RDMA
+//!   has no path, `NCCL_SOCKET_IFNAME` names nothing usable, no uverbs device in the container, no
+//!   NVIDIA module with GPUs present). Warnings never change the exit status.
 //!
 //! # JSON report (`--json`)
 //!
 //! One object. Keys are stable and snake_case; a key is never omitted, absent values are `null`.
 //! Byte sizes are integers in bytes; GUIDs are strings in sysfs form (`0002:c903:0031:7c01`).
 //!
-//! - `format_version`: 1 (bumped when a key changes meaning or disappears).
+//! - `format_version`: 2 (bumped when a key changes meaning or disappears; 2 added exit status
+//!   3 and the `node` object; consumers should check it equals the version they were written for).
 //! - `plugin`: `{name, version}`.
 //! - `config`: `{summary, warnings: [string], ib_disable, gid_index, addr_family ("AF_INET" |
 //!   "AF_INET6"), addr_range (CIDR string | null), roce_version}`.
@@ -46,8 +58,22 @@
 //!   error}, dev_infiniband: {present, entries: [string], warning}, gpu_direct: {
 //!   plugin_offers_gpu_memory, nvidia_driver_loaded, nvidia_peermem_loaded, description}, env:
 //!   {nccl_net_plugin, nccl_net, nccl_ib_hca, nccl_socket_ifname, ferro_ibverbs_lib}}`.
-//! - `warnings`: `[string]`, every configuration, host and environment warning in one list.
-//! - `verdict`: `{ok, usable_ports, lines: [string], summary, exit_code}`.
+//! - `node`: `{roots: {sys, proc, dev}, kernel (release | null), nvidia: {loaded, version,
+//!   kernel_modules ("open" | "proprietary" | "unknown")}, nvidia_peermem_loaded, nvidia_fs:
+//!   {version} | null, gdrdrv: {version} | null, mofed: {version} | null, iommu ("off" |
+//!   "passthrough" | "translated-strict" | "translated-lazy" | "translated" | "unknown"), gpus:
+//!   [pci], rdma_devices: [{name, pci: pci | null, netdevs, uverbs, uverbs_present}], container
+//!   ("kubernetes" | "container" | "host"), checks: [check], status (the worst check status),
+//!   counts: {ok, info, warning, fail}}` or null when not collected, where `pci` is `{bdf,
+//!   numa_node, driver, link: {width, max_width, speed_gts, max_speed_gts}, iommu_group_type,
+//!   sriov_physfn}` and `check` is `{id, subject, status ("ok" | "info" | "warning" | "fail"),
+//!   summary, evidence: [string], fix (string | null)}`. Check ids: `gdr.path`, `iommu`, `gds`,
+//!   `gdrcopy`, `pcie.distance`, `pcie.acs`, `pcie.link`, `sriov`, `pod.socket_ifname`,
+//!   `pod.uverbs`, `pod.memlock`, `pod.shm`, `pod.container`.
+//! - `warnings`: `[string]`, every configuration, host and environment warning, and the summary
+//!   of every node check with status `warning` or `fail`, in one list.
+//! - `verdict`: `{ok, usable_ports, lines: [string], summary, node_status (the worst node check
+//!   status | null), node_summary (string | null), exit_code}`.
 
 mod args;
 mod collect;
@@ -55,6 +81,7 @@ mod findings;
 mod format;
 mod json;
 mod model;
+pub mod node;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -66,6 +93,7 @@ pub use findings::*;
 pub use format::*;
 pub use json::*;
 pub use model::*;
+pub use node::{Check, NodeFacts, Roots, Status, collect_node, node_checks};
 pub use text::*;
 pub use verdict::*;
 

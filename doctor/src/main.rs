@@ -1,7 +1,8 @@
 //! `nccl-net-doctor`: will the Ferro NCCL network plugin work on this host, and why (not)?
 //!
 //! A thin wrapper: collection, verdicts and rendering live in this crate's library.
-//! Exit status: 0 when at least one device port is usable, 1 when none is, 2 on usage errors.
+//! Exit status: 0 when at least one device port is usable and no node or pod check failed, 1 when
+//! no port is usable, 2 on usage errors, 3 when a port is usable but a node or pod check failed.
 
 use ferro_doctor::{self as doctor, Command};
 use std::io::Write;
@@ -16,7 +17,7 @@ fn print(text: &str) {
 
 fn usage_error(msg: &str) -> ExitCode {
     eprintln!(
-        "nccl-net-doctor: {msg}\nUsage: nccl-net-doctor [--json] [--sysfs-root PATH]; --help for more"
+        "nccl-net-doctor: {msg}\nUsage: nccl-net-doctor [--json] [--sysfs-root PATH] [--root PATH]; --help for more"
     );
     ExitCode::from(2)
 }
@@ -36,7 +37,10 @@ fn main() -> ExitCode {
             opts.sysfs_root.display()
         ));
     }
-    let report = doctor::collect(&opts.sysfs_root);
+    let report = match &opts.root {
+        Some(root) => doctor::collect_at(&doctor::Roots::under(root)),
+        None => doctor::collect(&opts.sysfs_root),
+    };
     print(&if opts.json {
         doctor::render_json(&report)
     } else {

@@ -28,6 +28,8 @@ pub struct Report {
     pub enumeration_errors: Vec<String>,
     /// Host facts.
     pub host: HostFacts,
+    /// GPUDirect RDMA, node and pod facts (`None`: not collected).
+    pub node: Option<NodeFacts>,
 }
 
 /// The libibverbs the plugin would load.

@@ -99,6 +99,7 @@ fn report(devices: Vec<Device>) -> Report {
         devices,
         enumeration_errors: Vec::new(),
         host: host(),
+        node: None,
     }
 }
 
@@ -372,11 +373,18 @@ fn json_has_the_documented_keys_and_is_valid() {
         "enumeration_errors",
         "no_devices_explanation",
         "host",
+        "node",
         "warnings",
         "verdict",
     ] {
         assert!(v.get(k).is_some(), "missing {k}");
     }
+    assert_eq!(v["format_version"], 2);
+    assert_eq!(
+        v["node"],
+        Value::Null,
+        "not collected for a hand-built report"
+    );
     assert_eq!(v["plugin"]["name"], "Ferro");
     assert_eq!(v["config"]["gid_index"], -1);
     assert_eq!(v["libibverbs"]["override_variable"], "FERRO_IBVERBS_LIB");
@@ -626,24 +634,36 @@ fn argument_parsing() {
         p(&[]),
         Ok(Command::Run(Options {
             json: false,
-            sysfs_root: "/sys".into()
+            sysfs_root: "/sys".into(),
+            root: None,
         }))
     );
     assert_eq!(
         p(&["--json", "--sysfs-root", "/tmp/fake"]),
         Ok(Command::Run(Options {
             json: true,
-            sysfs_root: "/tmp/fake".into()
+            sysfs_root: "/tmp/fake".into(),
+            root: None,
         }))
     );
     assert_eq!(
         p(&["--sysfs-root=/x"]),
         Ok(Command::Run(Options {
             json: false,
-            sysfs_root: "/x".into()
+            sysfs_root: "/x".into(),
+            root: None,
         }))
     );
     assert_eq!(p(&["--json", "-h"]), Ok(Command::Help));
+    assert_eq!(
+        p(&["--root", "/host"]),
+        Ok(Command::Run(Options {
+            json: false,
+            sysfs_root: "/host/sys".into(),
+            root: Some("/host".into()),
+        }))
+    );
+    assert!(p(&["--root"]).is_err());
     assert!(p(&["--sysfs-root"]).is_err());
     assert!(p(&["--sysfs-root="]).is_err());
     assert_eq!(
@@ -698,4 +718,74 @@ fn wrapping_keeps_words_and_indents() {
     assert!(o.lines().all(|l| l.chars().count() <= WIDTH), "{o}");
     assert!(o.lines().skip(1).all(|l| l.starts_with("    word")), "{o}");
     assert_eq!(squash(&o), squash(&format!("warning: {text}")));
+}
+
+#[test]
+fn a_failed_node_check_makes_the_exit_status_3_and_shows_in_every_renderer() {
+    use crate::node::fake::{Tree, X16_GEN4, facts};
+    let t = Tree::new();
+    t.kernel("5.15.0-105-generic");
+    t.nvidia(false, "535.161.08");
+    t.gpu(&["pci0000:00", "0000:00:01.0", "0000:01:00.0"], 0, X16_GEN4);
+    let mut r = report(vec![device("rxe0", vec![rxe_port()])]);
+    r.node = Some(facts(&t, vec![], &[]));
+    assert!(overall(&r).ok, "the plugin itself would work");
+    // No RDMA device in the tree: only the NIC-independent checks; none fails yet.
+    assert_eq!(exit_code(&r), 0);
+    let t2 = Tree::new();
+    t2.nvidia(false, "535.161.08");
+    t2.gpu(&["pci0000:00", "0000:00:01.0", "0000:01:00.0"], 0, X16_GEN4);
+    t2.rdma(
+        "mlx5_0",
+        &["pci0000:00", "0000:00:02.0", "0000:02:00.0"],
+        &["ens1"],
+        "uverbs0",
+        true,
+    );
+    r.node = Some(facts(&t2, vec![], &[("NCCL_SOCKET_IFNAME", "net1")]));
+    assert_eq!(exit_code(&r), 3);
+    assert_eq!(node_status(&r), Some(Status::Fail));
+    let text = render_text(&r);
+    assert!(text.contains("\nGPUDirect RDMA, node and pod\n"), "{text}");
+    assert!(
+        squash(&text).contains("=> GPUDirect RDMA, node and pod: 2 failed check(s) and"),
+        "{text}"
+    );
+    assert!(
+        squash(&text).contains("warning(s) above (exit status 3)"),
+        "{text}"
+    );
+    let v: Value = serde_json::from_str(&render_json(&r)).unwrap();
+    assert_eq!(v["verdict"]["exit_code"], 3);
+    assert_eq!(v["verdict"]["node_status"], "fail");
+    let ids: Vec<&str> = v["node"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    for id in [
+        "gdr.path",
+        "iommu",
+        "gds",
+        "gdrcopy",
+        "pcie.distance",
+        "pcie.link",
+        "sriov",
+        "pod.socket_ifname",
+        "pod.uverbs",
+        "pod.memlock",
+        "pod.shm",
+        "pod.container",
+    ] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    assert!(
+        v["warnings"].as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("NCCL_SOCKET_IFNAME=net1 matches no interface")),
+        "{}",
+        v["warnings"]
+    );
 }

@@ -39,11 +39,19 @@ pub fn render_text(r: &Report) -> String {
     o.push_str("\nHost\n");
     render_host(&mut o, r);
 
+    if let Some(f) = &r.node {
+        o.push_str("\nGPUDirect RDMA, node and pod\n");
+        node::render_node_text(&mut o, &node_checks(f));
+    }
+
     o.push_str("\nVerdict\n");
     for v in verdict_lines(r) {
         wrap(&mut o, "  ", "      ", &v.line);
     }
     wrap(&mut o, "  => ", "     ", &overall(r).summary);
+    if let Some(s) = node_summary(r) {
+        wrap(&mut o, "  => ", "     ", &s);
+    }
     o
 }
 

@@ -156,9 +156,50 @@ pub fn overall(r: &Report) -> Overall {
     }
 }
 
-/// 0 when the plugin would expose a device port, 1 otherwise.
+/// 0 when the plugin would expose a device port and no node or pod check failed; 1 when the
+/// plugin would expose none; 3 when it would, but a node or pod check failed (GPUDirect RDMA
+/// or the job's networking will not work as intended).
 pub fn exit_code(r: &Report) -> u8 {
-    if overall(r).ok { 0 } else { 1 }
+    if !overall(r).ok {
+        1
+    } else if node_status(r) == Some(Status::Fail) {
+        3
+    } else {
+        0
+    }
+}
+
+/// The node and pod checks of the report (empty when not collected).
+pub fn report_checks(r: &Report) -> Vec<Check> {
+    r.node.as_ref().map(node_checks).unwrap_or_default()
+}
+
+/// The worst status of the node and pod checks (`None`: not collected).
+pub fn node_status(r: &Report) -> Option<Status> {
+    r.node.as_ref().map(|f| node::worst(&node_checks(f)))
+}
+
+/// One line on the node and pod checks, for the verdict (`None`: not collected).
+pub fn node_summary(r: &Report) -> Option<String> {
+    let checks = report_checks(r);
+    r.node.as_ref()?;
+    let n = |s: Status| checks.iter().filter(|c| c.status == s).count();
+    let (fail, warn) = (n(Status::Fail), n(Status::Warning));
+    Some(match (fail, warn) {
+        (0, 0) => "GPUDirect RDMA, node and pod: no problem found".to_string(),
+        (0, w) => format!("GPUDirect RDMA, node and pod: {w} warning(s) above"),
+        (f, w) => {
+            // Exit status 3 only applies when the plugin itself would work (else it is 1).
+            let status = if overall(r).ok {
+                " (exit status 3)"
+            } else {
+                ""
+            };
+            format!(
+                "GPUDirect RDMA, node and pod: {f} failed check(s) and {w} warning(s) above{status}"
+            )
+        }
+    })
 }
 
 /// The explanation shown when libibverbs loaded but lists no device (else `None`).
@@ -210,6 +251,12 @@ pub fn warnings(r: &Report) -> Vec<String> {
             .into_iter()
             .filter(|f| f.level == Level::Warning)
             .map(|f| f.text),
+    );
+    out.extend(
+        report_checks(r)
+            .into_iter()
+            .filter(|c| c.status >= Status::Warning)
+            .map(|c| c.summary),
     );
     out
 }

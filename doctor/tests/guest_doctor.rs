@@ -35,6 +35,10 @@ fn doctor_lists_both_devices_with_gid_tables_and_verdicts() {
         "2001:0db8:0000:0000:0000:0000:0000:0002",
         "GID choice: auto",
         "rxe0: GPUDirect RDMA off: provider rejects dma-buf (EOPNOTSUPP)",
+        // The node and pod checks on real sysfs: rxe has no PCI device, its uverbs node is
+        // found through class/infiniband_verbs.
+        "GPUDirect RDMA, node and pod",
+        "[ok] /dev/infiniband has the uverbs device of every RDMA device",
     ] {
         assert!(text.contains(needle), "doctor output lacks {needle:?}");
     }

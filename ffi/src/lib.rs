@@ -7,13 +7,15 @@
 //! - [`common`]: result codes, logger, constants, device handle, the function types that every
 //!   version shares, and v9+'s auxiliary structs (virtual-device members, config, attributes,
 //!   profiler callback and descriptor);
-//! - [`v7`] … [`v12`]: each version's table and properties, with the function types that differ.
+//! - [`v7`] … [`v12`]: each version's table and properties, with the function types that differ;
+//! - [`ferro`]: Ferro's own statistics symbol (not NCCL's).
 //!
 //! Values that come *from* C (result codes, pointer-support bits) are transparent integer newtypes
 //! with named constants, never Rust enums, so an unexpected value cannot be undefined behaviour.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 pub mod common;
+pub mod ferro;
 pub mod v10;
 pub mod v11;
 pub mod v12;
@@ -22,6 +24,7 @@ pub mod v8;
 pub mod v9;
 
 pub use common::*;
+pub use ferro::*;
 pub use v7::{ncclNet_v7_t, ncclNetProperties_v7_t};
 pub use v8::*;
 pub use v9::{ncclNet_v9_t, ncclNetProperties_v9_t};

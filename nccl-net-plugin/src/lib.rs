@@ -16,6 +16,7 @@ pub mod oob;
 pub mod plugin;
 pub mod profiler;
 mod shim;
+pub mod stats;
 pub mod transport;
 
 pub use ferro_ffi as ffi;
@@ -48,3 +49,11 @@ pub static ncclNetPlugin_v11: ffi::ncclNet_v11_t = shim::TABLE_V11;
 /// The v12 table (NCCL 2.30): v11 with rail and plane ids in the properties.
 #[unsafe(no_mangle)]
 pub static ncclNetPlugin_v12: ffi::ncclNet_v12_t = shim::TABLE_V12;
+
+/// Counts heap allocations (see [`stats`]); otherwise the system allocator.
+#[global_allocator]
+static ALLOCATOR: stats::CountingAlloc = stats::CountingAlloc;
+
+/// Ferro's statistics (not an NCCL symbol): the process's allocations and a comm's counters.
+#[unsafe(no_mangle)]
+pub static ferroNetStats_v1: ffi::FerroNetStatsFn = shim::ferro_net_stats;

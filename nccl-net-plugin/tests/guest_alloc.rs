@@ -8,38 +8,20 @@
 use core::ffi::{c_int, c_void};
 use ferro_client::raw;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 mod common;
 use common::*;
 
-/// The system allocator, counting allocations (and reallocations).
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
+/// Allocations of this process: the plugin's global allocator counts every one (the test's
+/// own code included), and the counter is read through the plugin's statistics symbol.
+fn allocations() -> u64 {
+    let mut s = ferro_ffi::ferroNetStats_v1_t::default();
+    // SAFETY: NULL comm (allocations only) and a valid out-pointer.
+    let r = unsafe { nccl_net_ferro::ferroNetStats_v1(null_mut(), &mut s) };
+    assert_eq!(r, ferro_ffi::ncclResult_t::Success);
+    s.allocations
 }
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 const WARMUP: usize = 300;
 const MEASURED: usize = 1000;
@@ -105,15 +87,20 @@ fn measure() {
         ok(NET.regMr.unwrap()(p.recv, base, len, 1, &mut rmh), "regMr");
     }
     let mhs = [smh, rmh];
+    // The counter sees this process's allocations (else a zero below would prove nothing).
+    let before = allocations();
+    let probe = std::hint::black_box(vec![7u8; 100]);
+    assert!(allocations() > before, "the allocation counter is live");
+    drop(probe);
     for n in [1usize, MAX_N] {
         for _ in 0..WARMUP {
             exchange(&p, n, &mut bufs, &mhs);
         }
-        let before = ALLOCS.load(Ordering::Relaxed);
+        let before = allocations();
         for _ in 0..MEASURED {
             exchange(&p, n, &mut bufs, &mhs);
         }
-        let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        let allocs = allocations() - before;
         println!("ALLOCS n={n} messages={MEASURED} allocations={allocs}");
         assert_eq!(
             allocs, 0,

@@ -186,7 +186,9 @@ pub fn queue_depths(nqps: usize) -> QueueDepths {
     let slots = SLOTS as u32;
     let nqps = nqps.max(1) as u32;
     let sender_wr = slots * (MAX_RECVS as u32 + 1);
-    let cts_wr = slots + CTS_SIGNAL_EVERY as u32 - 1;
+    // Clear-to-send: each write announces at least one new group, and one that wraps around
+    // the ring is two work requests; up to CTS_SIGNAL_EVERY writes wait for a signaled one.
+    let cts_wr = 2 * (slots + CTS_SIGNAL_EVERY as u32);
     QueueDepths {
         send_wr: sender_wr.max(cts_wr),
         recv_wr: slots,

@@ -59,6 +59,12 @@ pub(super) struct Data {
     /// ferro-bench bw/rate: cfg -> GB/s, msg/s
     pub(super) fb_bw: BTreeMap<Cfg, Series>,
     pub(super) fb_rate: BTreeMap<Cfg, Series>,
+    /// ferro-bench bw/rate per-message counts: (config, column) -> count per message
+    pub(super) fb_ops: BTreeMap<(Cfg, &'static str), Series>,
+    /// ferro-bench comms (many comms, one thread): window -> aggregate msg/s
+    pub(super) fb_comms: BTreeMap<u32, Series>,
+    /// Start-up per round: (ibv_devinfo µs, plugin load+init+properties µs, plugin file opens)
+    pub(super) init: Vec<(f64, f64, Option<f64>)>,
     /// ferro-bench lat: (qps, split) -> median / p99 one-way µs
     pub(super) fb_lat_med: BTreeMap<(u32, u32), Series>,
     pub(super) fb_lat_p99: BTreeMap<(u32, u32), Series>,
@@ -155,6 +161,11 @@ impl Data {
         let (med, p99) = (col("lat_median_us")?, col("lat_p99_us")?);
         let (window, qps, split) = (col("window")?, col("qps")?, col("split")?);
         let label = col("label")?;
+        // Per-message counts: absent from files written before they existed.
+        let ops: Vec<(&'static str, usize)> = OP_COLUMNS
+            .iter()
+            .filter_map(|&n| col(n).ok().map(|k| (n, k)))
+            .collect();
         for (i, line) in lines.enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -179,6 +190,21 @@ impl Data {
                         .entry((q, s, w))
                         .or_default()
                         .add(sz, round, f(at(rate)?)?);
+                    for &(n, k) in &ops {
+                        if let Some(v) = c.get(k).filter(|v| !v.trim().is_empty()) {
+                            self.fb_ops
+                                .entry(((q, s, w), n))
+                                .or_default()
+                                .add(sz, round, f(v)?);
+                        }
+                    }
+                }
+                "comms" => {
+                    let w = u(at(window)?)? as u32;
+                    self.fb_comms
+                        .entry(w)
+                        .or_default()
+                        .add(sz, round, f(at(rate)?)?);
                 }
                 "lat" => {
                     self.fb_lat_med
@@ -198,6 +224,14 @@ impl Data {
     }
 }
 
+/// The per-message count columns of ferro-bench's CSV.
+pub(super) const OP_COLUMNS: [&str; 4] = [
+    "send_posts_per_msg",
+    "recv_posts_per_msg",
+    "polls_per_msg",
+    "allocs_per_msg",
+];
+
 pub(super) fn load(dir: &Path) -> Result<Data> {
     let mut d = Data::default();
     let pt = dir.join("perftest.csv");
@@ -205,6 +239,19 @@ pub(super) fn load(dir: &Path) -> Result<Data> {
         let text = std::fs::read_to_string(&pt).ctx(format!("reading {}", pt.display()))?;
         d.add_perftest(&text)?;
         d.files.push("perftest.csv".into());
+    }
+    let init = dir.join("init.csv");
+    if init.exists() {
+        let text = std::fs::read_to_string(&init).ctx(format!("reading {}", init.display()))?;
+        for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+            let c: Vec<&str> = line.split(',').map(str::trim).collect();
+            if c.len() < 4 {
+                return Err(Error::new(format!("init.csv: bad line {line:?}")));
+            }
+            let opens = (!c[3].is_empty()).then(|| f(c[3])).transpose()?;
+            d.init.push((f(c[1])?, f(c[2])?, opens));
+        }
+        d.files.push("init.csv".into());
     }
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
         .ctx(format!("listing {}", dir.display()))?

@@ -275,6 +275,56 @@ pub(super) fn build(d: &Data) -> Summary {
         "rate8_ratio_vs_ib_write_bw".into(),
         opt_num(pratio(fb_rate, pt_rate, 8)),
     ));
+    if let Some(c) = base_cfg {
+        let op = |n: &'static str| d.fb_ops.get(&(c, n)).and_then(|s| s.get(8));
+        let _ = writeln!(
+            t,
+            "  per 8-byte message at window {} (both sides, the plugin's counters): {} ibv_post_send, {} ibv_post_recv, {} CQ polls, {} allocations",
+            c.2,
+            cell(op("send_posts_per_msg"), 3),
+            cell(op("recv_posts_per_msg"), 3),
+            cell(op("polls_per_msg"), 2),
+            cell(op("allocs_per_msg"), 3)
+        );
+        for n in super::data::OP_COLUMNS {
+            js.push((format!("{}_8B", n), opt_num(op(n))));
+        }
+    }
+    if !d.init.is_empty() {
+        let col = |k: usize| -> Vec<f64> {
+            d.init
+                .iter()
+                .filter_map(|r| match k {
+                    0 => Some(r.0),
+                    1 => Some(r.1),
+                    _ => r.2,
+                })
+                .collect()
+        };
+        let med = |v: Vec<f64>| (!v.is_empty()).then(|| median(&v));
+        let (dv, pl, op) = (med(col(0)), med(col(1)), med(col(2)));
+        let _ = writeln!(
+            t,
+            "  start-up (median over rounds): ferro-bench devices (load, init, properties) {} ms with {} file opens; ibv_devinfo {} ms: ratio {}",
+            cell(pl.map(|v| v / 1e3), 1),
+            cell(op, 0),
+            cell(dv.map(|v| v / 1e3), 1),
+            cell(ratio(pl, dv), 2)
+        );
+        js.push(("init_plugin_ms".into(), opt_num(pl.map(|v| v / 1e3))));
+        js.push(("init_ibv_devinfo_ms".into(), opt_num(dv.map(|v| v / 1e3))));
+        js.push(("init_plugin_file_opens".into(), opt_num(op)));
+    }
+    for (w, series) in &d.fb_comms {
+        let r = series.get(8);
+        let _ = writeln!(
+            t,
+            "  many comms (ferro-bench comms: 16 comms, window {w} each, one thread per side): {} msg/s in all at 8 B ({} of the single comm's rate)",
+            cell(r, 0),
+            cell(ratio(r, r8), 2)
+        );
+        js.push((format!("comms_rate8_window{w}"), opt_num(r)));
+    }
     for c in &others {
         let r = med_ratio(d.fb_bw.get(c), base);
         let _ = writeln!(

@@ -15,7 +15,9 @@ mod core;
 mod props;
 mod tables;
 
-pub(crate) use tables::{TABLE_V7, TABLE_V8, TABLE_V9, TABLE_V10, TABLE_V11, TABLE_V12};
+pub(crate) use tables::{
+    TABLE_V7, TABLE_V8, TABLE_V9, TABLE_V10, TABLE_V11, TABLE_V12, ferro_net_stats,
+};
 
 use crate::error::{Error, Result};
 use crate::warn;

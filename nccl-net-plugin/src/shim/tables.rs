@@ -390,6 +390,37 @@ unsafe extern "C" fn get_properties_v12(
     })
 }
 
+// ---- Ferro's own statistics (not part of NCCL's ABI) ---------------------------------------
+
+/// `ferroNetStats_v1`: the process's allocation count, and `comm`'s counters when non-NULL.
+pub(crate) unsafe extern "C" fn ferro_net_stats(
+    comm: *mut c_void,
+    stats: *mut ferroNetStats_v1_t,
+) -> ncclResult_t {
+    boundary("ferroNetStats", || {
+        let mut s = ferroNetStats_v1_t {
+            allocations: crate::stats::allocations(),
+            ..Default::default()
+        };
+        if !comm.is_null() {
+            // SAFETY: the caller passes a send or receive comm of ours (checked by its magic).
+            let c = unsafe { crate::transport::comm_ref(comm) }?;
+            let n = c.counters()?;
+            s.messages = n.messages;
+            s.bytes = n.bytes;
+            s.requests = n.requests;
+            s.retries = n.retries;
+            s.send_posts = n.send_posts;
+            s.recv_posts = n.recv_posts;
+            s.cts_writes = n.cts_writes;
+            s.polls = n.polls;
+            s.empty_polls = n.empty_polls;
+            s.completions = n.completions;
+        }
+        out("stats", stats, s)
+    })
+}
+
 // ---- the tables ---------------------------------------------------------------------------
 
 const NAME: *const ::core::ffi::c_char = crate::PLUGIN_NAME.as_ptr();

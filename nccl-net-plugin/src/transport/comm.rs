@@ -94,6 +94,14 @@ unsafe impl Send for Comm {}
 // SAFETY: as above; all mutable state is behind the core's mutex.
 unsafe impl Sync for Comm {}
 
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if matches!(self.side, Side::Receiver { .. }) {
+            super::cts::unregister(self);
+        }
+    }
+}
+
 /// A comm that is not yet NCCL's: freed if dropped (an error path), or handed to NCCL with
 /// [`CommPtr::into_raw`], after which `close` frees it.
 #[derive(Debug)]
@@ -251,6 +259,9 @@ impl Comm {
         // SAFETY: p is the only pointer to this fresh allocation; the field is assigned through
         // it (no reference to the comm is created), so the copies of p in the handles stay valid.
         unsafe { (*p).handles = handles };
+        if kind == ObjectKind::RecvComm {
+            super::cts::register(p);
+        }
         CommPtr(p)
     }
 
@@ -340,6 +351,7 @@ impl Comm {
         if core.health().failure().is_some() || !core.health_mut().tick_waiting() {
             return;
         }
+        super::cts::flush_others(self);
         if let Some(why) = self.ep.device_verdict() {
             self.poll(core, on_wc);
             let f = Failure::system(format!(
@@ -413,6 +425,14 @@ impl Comm {
         format!("{}: {what} comm closed: {summary}", self.describe())
     }
 
+    /// A copy of the comm's counters.
+    pub fn counters(&self) -> Result<ferro_proto::comm::counters::Counters> {
+        Ok(match &self.side {
+            Side::Sender { core, .. } => self.lock(core)?.health.counters,
+            Side::Receiver { core, .. } => self.lock(core)?.health.counters,
+        })
+    }
+
     /// `test`: `Some` when the request is done (it is then freed).
     pub(super) fn test(&self, idx: u32) -> Result<Option<Done>> {
         match &self.side {
@@ -422,7 +442,13 @@ impl Comm {
             }
             Side::Receiver { core, mem, .. } => {
                 let mut core = self.lock(core)?;
-                self.test_with(&mut *core, idx, receiver_completion(mem))
+                let done = self.test_with(&mut *core, idx, receiver_completion(mem));
+                // Staged clear-to-send entries go out once the sender runs low (the poll
+                // above has just counted what it used).
+                if core.health.failure().is_none() {
+                    self.cts_due(mem, &mut core)?;
+                }
+                done
             }
         }
     }

@@ -5,6 +5,8 @@
 //! - [`endpoint`]: QPs and their state transitions, the flush QP, registered protocol buffers;
 //! - [`comm`]: a connected comm (either side), its CQ polling, liveness check and `test`;
 //! - [`send`] / [`recv`]: `isend`, `irecv`, `iflush` and the posts they make;
+//! - [`cts`]: the coalesced clear-to-send writes, and the list of receive comms that lets any
+//!   waiting call write out entries another comm holds staged;
 //! - [`registration`]: `regMr`, `regMrDmaBuf`, `deregMr` through the registration cache;
 //! - [`handles`]: the objects NCCL holds as `void*`, their magic words, and `close`.
 //!
@@ -12,6 +14,7 @@
 //! ready, `isend`/`irecv` return no request when they must wait (NCCL calls again).
 
 mod comm;
+mod cts;
 mod endpoint;
 mod handles;
 mod handshake;

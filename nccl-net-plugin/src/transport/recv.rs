@@ -1,5 +1,6 @@
 //! The receive side's verbs work: posting what the core decides for a receive (zero-length
-//! receives, the clear-to-send write), reading the sizes FIFO, and flushes.
+//! receives, staging its clear-to-send entries and the write when one is due), reading the
+//! sizes FIFO, and flushes.
 
 use super::comm::{Comm, Side, receiver_completion, retry_answer};
 use super::endpoint::RegBuf;
@@ -35,6 +36,10 @@ impl Comm {
         let mut core = self.lock(core)?;
         let post = match core.irecv(bufs).map_err(|e| self.core_error(e))? {
             RecvStep::Retry => {
+                // A retry waits for completions, which need the sender to have every entry.
+                if let Some(w) = core.cts_flush() {
+                    self.post_cts(mem, &mut core, &w)?;
+                }
                 self.on_wait(&mut *core, receiver_completion(mem));
                 return retry_answer(&*core);
             }
@@ -45,38 +50,19 @@ impl Comm {
                 wr_id: post.recv_wr_id(),
                 ..Default::default()
             };
-            core.health.counters.posts += 1;
+            core.health.counters.recv_posts += 1;
             // SAFETY: a receive with no scatter entries (it only consumes the immediate).
             if let Err(e) = unsafe { self.ep.qps[q].post_recv(&mut wr) } {
                 return Err(self.fail(&mut core, e));
             }
         }
-        let off = fifo::entry_offset(post.seq, 0);
+        // Staged now, written now or by a later call (coalesced with the receives after it).
+        let off = post.stage_offset();
         for (i, e) in post.entries().iter().enumerate() {
             mem.cts_stage.write(off + i * ENTRY_SIZE, &e.encode());
         }
-        let mut sge = ibv_sge {
-            addr: mem.cts_stage.addr(off),
-            length: (post.entries().len() * ENTRY_SIZE) as u32,
-            lkey: mem.cts_stage.mr.lkey(),
-        };
-        let mut wr = ibv_send_wr {
-            wr_id: post.cts_wr_id(),
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: IBV_WR_RDMA_WRITE,
-            send_flags: if post.signaled { IBV_SEND_SIGNALED } else { 0 },
-            ..Default::default()
-        };
-        wr.wr.rdma = ibv_rdma_info {
-            remote_addr: mem.peer_fifo.0 + off as u64,
-            rkey: mem.peer_fifo.1,
-        };
-        core.health.counters.posts += 1;
-        // SAFETY: the SGE names this comm's registered CTS staging slot, untouched until the
-        // group completes (32 receives later at the earliest).
-        if let Err(e) = unsafe { self.ep.qps[0].post_send(&mut wr) } {
-            return Err(self.fail(&mut core, e));
+        if let Some(w) = &post.cts {
+            self.post_cts(mem, &mut core, w)?;
         }
         Ok(Some(self.req_ptr(post.req)))
     }
@@ -106,6 +92,9 @@ impl Comm {
             return Ok(None);
         };
         let mut core = self.lock(core)?;
+        if let Side::Receiver { mem, .. } = &self.side {
+            self.cts_due(mem, &mut core)?;
+        }
         let req = core.begin_flush().map_err(|e| self.core_error(e))?;
         let mut sge = ibv_sge {
             addr: flush.buf.addr(0),
@@ -124,7 +113,7 @@ impl Comm {
             remote_addr: addr,
             rkey: mh.rkey(),
         };
-        core.health.counters.posts += 1;
+        core.health.counters.send_posts += 1;
         // SAFETY: the SGE names the comm's own registered 4-byte landing buffer; the remote side
         // is the caller's registered receive buffer (valid until NCCL deregisters it, after the
         // flush completes).

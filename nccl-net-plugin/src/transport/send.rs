@@ -66,7 +66,7 @@ impl Comm {
             }
             SendStep::Matched { req } => Ok(Some(self.req_ptr(req))),
             SendStep::Post { req, group } => {
-                if let Err(e) = self.post_group(mem, &group, &mut core.health.counters.posts) {
+                if let Err(e) = self.post_group(mem, &group, &mut core.health.counters.send_posts) {
                     core.health.fail(Failure::system(e.to_string()));
                     return Err(e);
                 }

@@ -28,8 +28,14 @@ pub struct Counters {
     pub completions: u64,
     /// Failures recorded (failed completions, failed posts, a dead peer).
     pub errors: u64,
-    /// Verbs post calls made (`ibv_post_send` / `ibv_post_recv`), counted by the transport.
-    pub posts: u64,
+    /// `ibv_post_send` calls made (a chain of work requests is one call), counted by the
+    /// transport.
+    pub send_posts: u64,
+    /// `ibv_post_recv` calls made, counted by the transport.
+    pub recv_posts: u64,
+    /// Clear-to-send writes made (receive comm): each carries the entries of one or more
+    /// receive groups.
+    pub cts_writes: u64,
     /// CQ polls made, and how many of them found nothing.
     pub polls: u64,
     pub empty_polls: u64,
@@ -37,8 +43,8 @@ pub struct Counters {
 
 impl Counters {
     /// One line, e.g. "sent 12 messages (4096 bytes), 12 requests, 3 retries (clear-to-send 2,
-    /// tag ahead 1, slot busy 0), 0 truncated, 12 completions, 0 errors, 24 posts, 30 polls
-    /// (18 empty)".
+    /// tag ahead 1, slot busy 0), 0 truncated, 12 completions, 0 errors, 12 send posts,
+    /// 0 receive posts, 30 polls (18 empty)"; a receive comm adds its clear-to-send writes.
     pub fn summary(&self, sending: bool) -> String {
         let mut s = String::new();
         let _ = write!(
@@ -59,9 +65,13 @@ impl Counters {
         }
         let _ = write!(
             s,
-            ", {} completions, {} errors, {} posts, {} polls ({} empty)",
-            self.completions, self.errors, self.posts, self.polls, self.empty_polls
+            ", {} completions, {} errors, {} send posts, {} receive posts",
+            self.completions, self.errors, self.send_posts, self.recv_posts
         );
+        if !sending {
+            let _ = write!(s, " ({} clear-to-send writes)", self.cts_writes);
+        }
+        let _ = write!(s, ", {} polls ({} empty)", self.polls, self.empty_polls);
         s
     }
 }
@@ -80,16 +90,20 @@ mod tests {
             cts_waits: 2,
             tag_ahead: 1,
             completions: 12,
-            posts: 24,
+            send_posts: 12,
             polls: 30,
             empty_polls: 18,
             ..Counters::default()
         };
         assert_eq!(
             c.summary(true),
-            "sent 12 messages (4096 bytes), 12 requests, 3 retries (clear-to-send 2, tag ahead 1, slot busy 0), 0 truncated, 12 completions, 0 errors, 24 posts, 30 polls (18 empty)"
+            "sent 12 messages (4096 bytes), 12 requests, 3 retries (clear-to-send 2, tag ahead 1, slot busy 0), 0 truncated, 12 completions, 0 errors, 12 send posts, 0 receive posts, 30 polls (18 empty)"
         );
         assert!(c.summary(false).starts_with("received 12 messages"));
+        assert!(
+            c.summary(false)
+                .contains("12 send posts, 0 receive posts (0 clear-to-send writes), 30 polls")
+        );
         assert!(!c.summary(false).contains("truncated"));
     }
 }

@@ -8,12 +8,19 @@
 //! - A group is done when every QP it uses delivered its immediate. With one buffer the size is
 //!   the sum of the immediates; with several the sizes come from the sizes FIFO, which the
 //!   transport reads when the core asks for it.
+//! - Clear-to-send writes are coalesced: a receive's entries are staged at once (at the same
+//!   offsets in the receiver's staging as in the sender's FIFO), and one RDMA write carries the
+//!   entries of every staged group, a run of consecutive FIFO slots ([`CtsWrite`]). A receive
+//!   posted while the sender holds no unused clear-to-send (`supply == 0`: an idle comm, a
+//!   ping-pong) is written at once; otherwise it waits until the sender's supply falls below
+//!   [`CTS_LOW_WATER`] (checked by the transport on every other call on the comm,
+//!   [`RecvCore::cts_due`]), or until any waiting call forces it out ([`RecvCore::cts_flush`]).
 //! - One clear-to-send write in [`CTS_SIGNAL_EVERY`] is signaled.
 
 use super::requests::RequestTable;
 use super::wr_id::{CTS_SIGNAL_EVERY, WrId};
 use super::{CommHealth, CoreError, Done};
-use crate::fifo::CtsEntry;
+use crate::fifo::{CtsEntry, ENTRY_SIZE, FIFO_BYTES, entry_offset};
 use crate::plan;
 use crate::{MAX_RECVS, SLOTS};
 use std::ops::Range;
@@ -30,6 +37,12 @@ pub struct RecvBuf {
     pub rkey: u32,
 }
 
+/// Clear-to-send entries the sender still has unused (receives whose entries were written and
+/// that have not finished) below which staged entries are written out on the receiver's next
+/// call. Four keeps the sender supplied through the round trip of the next write while NCCL's
+/// eight steps ahead still coalesce into writes of about four groups.
+pub const CTS_LOW_WATER: u64 = 4;
+
 /// What the transport posts for a receive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostRecv {
@@ -39,22 +52,73 @@ pub struct PostRecv {
     pub qps: Range<usize>,
     entries: [CtsEntry; MAX_RECVS],
     n: usize,
-    /// Whether the clear-to-send write is signaled.
-    pub signaled: bool,
+    /// The clear-to-send write to post now (after the receives), or `None` when the entries
+    /// stay staged for a later, coalesced write.
+    pub cts: Option<CtsWrite>,
 }
 
 impl PostRecv {
-    /// The clear-to-send entries, to be written into FIFO slot `seq % SLOTS`.
+    /// The clear-to-send entries, to be staged at [`PostRecv::stage_offset`] (the offset of
+    /// FIFO slot `seq % SLOTS`) before anything is posted.
     pub fn entries(&self) -> &[CtsEntry] {
         &self.entries[..self.n]
+    }
+
+    /// Where the entries go, in the staging area and in the sender's FIFO alike.
+    pub fn stage_offset(&self) -> usize {
+        entry_offset(self.seq, 0)
     }
 
     pub fn recv_wr_id(&self) -> u64 {
         WrId::Recv { req: self.req }.encode()
     }
+}
 
-    pub fn cts_wr_id(&self) -> u64 {
-        WrId::Cts { seq: self.seq }.encode()
+/// One clear-to-send write: the staged entries of receive groups `from..to`, which sit in
+/// consecutive FIFO slots. The same byte ranges are read from the receiver's staging and written
+/// into the sender's FIFO; a run that wraps around the end of the ring is two ranges (two work
+/// requests chained in one post). Slots before the last are written whole: the entries past a
+/// group's own count are old ones, which the sender never reads (it reads `nreqs` entries and
+/// checks each one's sequence number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CtsWrite {
+    pub from: u64,
+    pub to: u64,
+    ranges: [Range<usize>; 2],
+    /// Whether the (last) work request is signaled.
+    pub signaled: bool,
+}
+
+impl CtsWrite {
+    fn new(from: u64, to: u64, last_n: usize, signaled: bool) -> CtsWrite {
+        debug_assert!(from < to && to - from <= SLOTS as u64);
+        let start = entry_offset(from, 0);
+        let end = entry_offset(to - 1, 0) + last_n * ENTRY_SIZE;
+        let ranges = if end > start {
+            [start..end, 0..0]
+        } else {
+            [start..FIFO_BYTES, 0..end]
+        };
+        CtsWrite {
+            from,
+            to,
+            ranges,
+            signaled,
+        }
+    }
+
+    /// The byte ranges to write (one, or two when the run wraps), in posting order.
+    pub fn ranges(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.ranges.iter().filter(|r| !r.is_empty()).cloned()
+    }
+
+    /// Receive groups this write announces.
+    pub fn groups(&self) -> u64 {
+        self.to - self.from
+    }
+
+    pub fn wr_id(&self) -> u64 {
+        WrId::Cts { seq: self.to - 1 }.encode()
     }
 }
 
@@ -94,6 +158,12 @@ pub struct RecvCore {
     seq: u64,
     /// Receive groups posted and not yet finished.
     posted: usize,
+    /// The first group whose clear-to-send entries are staged but not yet written.
+    cts_next: u64,
+    /// Buffers of the newest group (the end of any staged run).
+    last_n: usize,
+    /// Clear-to-send writes made (for signaling one in [`CTS_SIGNAL_EVERY`]).
+    cts_writes: u64,
     /// The comm's sticky error, counters and stall watchdog.
     pub health: CommHealth,
 }
@@ -106,6 +176,9 @@ impl RecvCore {
             reqs: RequestTable::new(RECV_REQS),
             seq: 0,
             posted: 0,
+            cts_next: 0,
+            last_n: 0,
+            cts_writes: 0,
             health: CommHealth::default(),
         }
     }
@@ -153,17 +226,68 @@ impl RecvCore {
                 idx: i as u16,
             };
         }
+        // Judged before this group joins: an idle sender gets it at once.
+        let write_now = self.supply() == 0;
         self.seq += 1;
         self.posted += 1;
+        self.last_n = n;
         self.health.counters.requests += 1;
+        let cts = if write_now { self.take_cts() } else { None };
         Ok(RecvStep::Post(PostRecv {
             req,
             seq,
             qps,
             entries,
             n,
-            signaled: seq % CTS_SIGNAL_EVERY == 0,
+            cts,
         }))
+    }
+
+    /// Clear-to-send entries the sender holds and has not used yet: groups whose entries were
+    /// written and that have not finished (a finished group consumed its entries).
+    pub fn supply(&self) -> u64 {
+        let finished = self.seq - self.posted as u64;
+        self.cts_next.saturating_sub(finished)
+    }
+
+    /// Groups whose entries are staged but not yet written.
+    pub fn staged(&self) -> u64 {
+        self.seq - self.cts_next
+    }
+
+    /// The write the transport should post now on any call on the comm other than a
+    /// successful `irecv`: the staged groups, once the sender's supply runs low.
+    pub fn cts_due(&mut self) -> Option<CtsWrite> {
+        if self.staged() > 0 && self.supply() < CTS_LOW_WATER {
+            self.take_cts()
+        } else {
+            None
+        }
+    }
+
+    /// Every staged group, now: for a call that waits (a retried `irecv`, the periodic look
+    /// of any comm of the process), so no entry ever waits on a caller busy elsewhere.
+    pub fn cts_flush(&mut self) -> Option<CtsWrite> {
+        if self.staged() > 0 {
+            self.take_cts()
+        } else {
+            None
+        }
+    }
+
+    fn take_cts(&mut self) -> Option<CtsWrite> {
+        if self.health.failure().is_some() {
+            return None;
+        }
+        let (from, to) = (self.cts_next, self.seq);
+        if from == to {
+            return None;
+        }
+        self.cts_next = to;
+        let signaled = self.cts_writes % CTS_SIGNAL_EVERY == 0;
+        self.cts_writes += 1;
+        self.health.counters.cts_writes += 1;
+        Some(CtsWrite::new(from, to, self.last_n, signaled))
     }
 
     /// A flush request. A full table is an error, never a NULL request: NULL from `iflush`
@@ -359,15 +483,154 @@ mod tests {
         assert!(matches!(c.irecv(&bufs(9)), Err(CoreError::Usage(_))));
     }
 
+    /// Finishes group `p` (one immediate per QP it uses).
+    fn finish(c: &mut RecvCore, p: &PostRecv) {
+        for _ in p.qps.clone() {
+            c.handle_completion(p.recv_wr_id(), 1, |_, _| [0; MAX_RECVS]);
+        }
+    }
+
+    #[test]
+    fn a_receive_on_an_idle_comm_is_announced_at_once() {
+        let mut c = RecvCore::new(1, false);
+        let p = post(&mut c, 2);
+        let w = p.cts.clone().expect("written at once");
+        assert_eq!((w.from, w.to), (0, 1));
+        assert_eq!(w.ranges().collect::<Vec<_>>(), vec![0..2 * ENTRY_SIZE]);
+        finish(&mut c, &p);
+        assert_eq!(c.take_done(p.req).unwrap().unwrap().n, 2);
+        // Idle again: the next one goes at once too (a ping-pong never waits for a call).
+        assert!(post(&mut c, 1).cts.is_some());
+    }
+
+    #[test]
+    fn receives_posted_back_to_back_are_announced_in_one_write_of_consecutive_slots() {
+        let mut c = RecvCore::new(1, false);
+        let first = post(&mut c, 1);
+        assert!(first.cts.is_some());
+        let rest: Vec<PostRecv> = (0..7).map(|_| post(&mut c, 3)).collect();
+        assert!(
+            rest.iter().all(|p| p.cts.is_none()),
+            "staged while the sender has one"
+        );
+        assert_eq!((c.supply(), c.staged()), (1, 7));
+        let w = c
+            .cts_due()
+            .expect("the supply (1) is below the low-water mark");
+        assert_eq!((w.from, w.to, w.groups()), (1, 8, 7));
+        let slot = MAX_RECVS * ENTRY_SIZE;
+        assert_eq!(
+            w.ranges().collect::<Vec<_>>(),
+            vec![slot..7 * slot + 3 * ENTRY_SIZE],
+            "whole slots up to the last group, whose 3 entries end the write"
+        );
+        assert_eq!(c.cts_due(), None, "nothing left to write");
+        assert_eq!(c.health.counters.cts_writes, 2);
+    }
+
+    #[test]
+    fn staged_entries_wait_while_the_sender_is_supplied_and_go_out_when_it_runs_low() {
+        let mut c = RecvCore::new(1, false);
+        let posted: Vec<PostRecv> = (0..8).map(|_| post(&mut c, 1)).collect();
+        c.cts_due().expect("supply 1");
+        assert_eq!(c.supply(), 8);
+        let more: Vec<PostRecv> = (0..4).map(|_| post(&mut c, 1)).collect();
+        assert!(more.iter().all(|p| p.cts.is_none()));
+        for (i, p) in posted.iter().enumerate().take(4) {
+            assert_eq!(c.cts_due(), None, "supply {} is enough", 8 - i);
+            finish(&mut c, p);
+        }
+        assert_eq!(c.supply(), 4);
+        assert_eq!(c.cts_due(), None);
+        finish(&mut c, &posted[4]);
+        let w = c.cts_due().expect("supply 3 < 4");
+        assert_eq!((w.from, w.to), (8, 12));
+    }
+
+    #[test]
+    fn a_waiting_call_writes_every_staged_entry_whatever_the_supply() {
+        let mut c = RecvCore::new(1, false);
+        for _ in 0..10 {
+            post(&mut c, 1);
+        }
+        c.cts_due().expect("supply 1");
+        post(&mut c, 1);
+        assert_eq!(c.cts_due(), None, "supply 10");
+        let w = c.cts_flush().expect("forced");
+        assert_eq!((w.from, w.to), (10, 11));
+        assert_eq!(c.cts_flush(), None);
+    }
+
+    #[test]
+    fn a_run_that_wraps_around_the_ring_is_two_ranges() {
+        let mut c = RecvCore::new(1, false);
+        // Move the ring to slot 30: 30 groups posted and finished one at a time.
+        for _ in 0..30 {
+            let p = post(&mut c, 1);
+            assert!(p.cts.is_some());
+            finish(&mut c, &p);
+            c.take_done(p.req).unwrap().unwrap();
+        }
+        let head = post(&mut c, 1);
+        assert!(head.cts.is_some());
+        for _ in 0..4 {
+            post(&mut c, 2);
+        }
+        let w = c.cts_flush().unwrap();
+        assert_eq!((w.from, w.to), (31, 35));
+        let slot = MAX_RECVS * ENTRY_SIZE;
+        assert_eq!(
+            w.ranges().collect::<Vec<_>>(),
+            vec![31 * slot..FIFO_BYTES, 0..2 * slot + 2 * ENTRY_SIZE]
+        );
+    }
+
+    #[test]
+    fn a_full_ring_of_staged_groups_is_one_write_that_does_not_overlap_itself() {
+        for start in [0u64, 5] {
+            let mut c = RecvCore::new(1, false);
+            for _ in 0..start {
+                let p = post(&mut c, 1);
+                finish(&mut c, &p);
+                c.take_done(p.req).unwrap().unwrap();
+            }
+            assert!(post(&mut c, 1).cts.is_some(), "the head goes at once");
+            for _ in 1..SLOTS {
+                post(&mut c, 8);
+            }
+            assert_eq!(c.irecv(&bufs(1)), Ok(RecvStep::Retry));
+            let w = c.cts_flush().unwrap();
+            assert_eq!(w.groups(), SLOTS as u64 - 1);
+            let bytes: usize = w.ranges().map(|r| r.len()).sum();
+            assert_eq!(bytes, FIFO_BYTES - MAX_RECVS * ENTRY_SIZE, "start {start}");
+            let r: Vec<_> = w.ranges().collect();
+            assert!(r.len() == 1 || r[1].end <= r[0].start, "{r:?}");
+        }
+    }
+
     #[test]
     fn one_clear_to_send_write_in_sixteen_is_signaled() {
         let mut c = RecvCore::new(1, false);
-        let signaled: Vec<u64> = (0..SLOTS)
-            .map(|_| post(&mut c, 1))
-            .filter(|p| p.signaled)
-            .map(|p| p.seq)
-            .collect();
-        assert_eq!(signaled, vec![0, 16]);
+        let mut signaled = Vec::new();
+        for i in 0..40 {
+            let p = post(&mut c, 1);
+            let w = p.cts.clone().expect("idle comm: written at once");
+            if w.signaled {
+                signaled.push(i);
+            }
+            finish(&mut c, &p);
+            c.take_done(p.req).unwrap().unwrap();
+        }
+        assert_eq!(signaled, vec![0, 16, 32]);
+    }
+
+    #[test]
+    fn a_failed_comm_writes_no_clear_to_send() {
+        let mut c = RecvCore::new(1, false);
+        post(&mut c, 1);
+        post(&mut c, 1);
+        c.health.fail(crate::comm::Failure::remote("gone"));
+        assert_eq!(c.cts_flush(), None);
     }
 
     #[test]

@@ -1,0 +1,130 @@
+//! Clear-to-send writes: posting the coalesced writes the receive core decides
+//! ([`ferro_proto::comm::recv::CtsWrite`]), and the process-wide list of receive comms, so that a
+//! thread waiting on any comm writes out entries that another comm still holds staged.
+//!
+//! Why the list: a receive comm stages the entries of receives posted while its sender still has
+//! clear-to-send entries to use, and writes them on its next call. A caller that posts receives
+//! on one comm and then waits on another (a send to the same peer, whose own receives wait for
+//! ours) would leave them staged; the periodic look of every waiting call (every
+//! `LIVENESS_EVERY` calls) therefore writes out the staged entries of every other receive comm
+//! of the process. Comms locked by their own thread are skipped: that thread is inside a call on
+//! the comm, and writes them itself.
+
+use super::comm::{Comm, ReceiverMem, Side};
+use crate::error::Result;
+use ferro_proto::comm::Failure;
+use ferro_proto::comm::recv::{CtsWrite, RecvCore};
+use ferro_verbs::sys::*;
+use std::sync::Mutex;
+
+/// Every open receive comm, by address. A comm adds itself once it has its final address and
+/// removes itself before it is freed, both under this lock, so a pointer read here while the
+/// lock is held is live.
+static RECEIVERS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Adds a receive comm (at creation, at its final heap address).
+pub(super) fn register(comm: *const Comm) {
+    if let Ok(mut l) = RECEIVERS.lock() {
+        l.push(comm as usize);
+    }
+}
+
+/// Removes a comm (before it is freed). A no-op for comms that were never added.
+pub(super) fn unregister(comm: *const Comm) {
+    let mut l = RECEIVERS.lock().unwrap_or_else(|p| p.into_inner());
+    l.retain(|&c| c != comm as usize);
+}
+
+/// Writes the staged entries of every receive comm except `current` (whose lock the caller
+/// holds) and those another thread is using right now.
+pub(super) fn flush_others(current: *const Comm) {
+    let Ok(list) = RECEIVERS.try_lock() else {
+        // Another thread is flushing or registering: it does the same work.
+        return;
+    };
+    for &c in list.iter().filter(|&&c| c != current as usize) {
+        // SAFETY: every address in the list is a live comm (removed under this lock before
+        // it is freed), and only shared references are made.
+        let comm = unsafe { &*(c as *const Comm) };
+        let Side::Receiver { mem, core, .. } = &comm.side else {
+            continue;
+        };
+        let Ok(mut core) = core.try_lock() else {
+            continue;
+        };
+        if let Some(w) = core.cts_flush() {
+            // A failure is recorded as the comm's sticky error, reported by its next call.
+            let _ = comm.post_cts(mem, &mut core, &w);
+        }
+    }
+}
+
+impl Comm {
+    /// Posts one clear-to-send write: one work request per byte range (two when the run
+    /// wraps around the ring), chained in one `ibv_post_send` on QP 0. A failed post becomes
+    /// the comm's sticky failure.
+    pub(super) fn post_cts(
+        &self,
+        mem: &ReceiverMem,
+        core: &mut RecvCore,
+        w: &CtsWrite,
+    ) -> Result<()> {
+        let mut sges = [ibv_sge::default(); 2];
+        let mut wrs = [ibv_send_wr::default(); 2];
+        let mut n = 0;
+        for r in w.ranges() {
+            sges[n] = ibv_sge {
+                addr: mem.cts_stage.addr(r.start),
+                length: r.len() as u32,
+                lkey: mem.cts_stage.mr.lkey(),
+            };
+            wrs[n] = ibv_send_wr {
+                wr_id: w.wr_id(),
+                num_sge: 1,
+                opcode: IBV_WR_RDMA_WRITE,
+                ..Default::default()
+            };
+            wrs[n].wr.rdma = ibv_rdma_info {
+                remote_addr: mem.peer_fifo.0 + r.start as u64,
+                rkey: mem.peer_fifo.1,
+            };
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        if w.signaled {
+            wrs[n - 1].send_flags = IBV_SEND_SIGNALED;
+        }
+        // Pointers are set once the arrays no longer move.
+        for i in 0..n {
+            wrs[i].sg_list = &mut sges[i];
+        }
+        if n == 2 {
+            let (first, second) = wrs.split_at_mut(1);
+            first[0].next = &mut second[0];
+        }
+        core.health.counters.send_posts += 1;
+        // SAFETY: the SGEs name this comm's registered clear-to-send staging, whose bytes for
+        // these groups stay as they are until the groups complete (32 receives later at the
+        // earliest); the chain lives on this stack frame for the duration of the call.
+        match unsafe { self.ep.qps[0].post_send(&mut wrs[0]) } {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let f = core.health.fail(Failure::system(format!(
+                    "{}: clear-to-send: {e}",
+                    self.describe()
+                )));
+                Err(super::comm::failure_error(f.clone()))
+            }
+        }
+    }
+
+    /// On a receive comm's call other than a posted `irecv`: the write the core says is due.
+    pub(super) fn cts_due(&self, mem: &ReceiverMem, core: &mut RecvCore) -> Result<()> {
+        match core.cts_due() {
+            Some(w) => self.post_cts(mem, core, &w),
+            None => Ok(()),
+        }
+    }
+}
