@@ -12,9 +12,13 @@
 //!   offsets in the receiver's staging as in the sender's FIFO), and one RDMA write carries the
 //!   entries of every staged group, a run of consecutive FIFO slots ([`CtsWrite`]). A receive
 //!   posted while the sender holds no unused clear-to-send (`supply == 0`: an idle comm, a
-//!   ping-pong) is written at once; otherwise it waits until the sender's supply falls below
-//!   [`CTS_LOW_WATER`] (checked by the transport on every other call on the comm,
+//!   ping-pong) is written at once; otherwise it waits until as many groups are staged as the
+//!   sender still holds (checked by the transport on every other call on the comm,
 //!   [`RecvCore::cts_due`]), or until any waiting call forces it out ([`RecvCore::cts_flush`]).
+//!   With `W` receives kept posted the sender thus always holds at least `W / 2` entries (a
+//!   whole round trip of the write is covered when the link is slow) and each write carries
+//!   about `W / 2` groups: one write per 16 receives at NCCL's limit of 32, per 4 at its
+//!   usual 8 steps ahead.
 //! - One clear-to-send write in [`CTS_SIGNAL_EVERY`] is signaled.
 
 use super::requests::RequestTable;
@@ -36,12 +40,6 @@ pub struct RecvBuf {
     pub tag: i32,
     pub rkey: u32,
 }
-
-/// Clear-to-send entries the sender still has unused (receives whose entries were written and
-/// that have not finished) below which staged entries are written out on the receiver's next
-/// call. Four keeps the sender supplied through the round trip of the next write while NCCL's
-/// eight steps ahead still coalesce into writes of about four groups.
-pub const CTS_LOW_WATER: u64 = 4;
 
 /// What the transport posts for a receive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,9 +254,9 @@ impl RecvCore {
     }
 
     /// The write the transport should post now on any call on the comm other than a
-    /// successful `irecv`: the staged groups, once the sender's supply runs low.
+    /// successful `irecv`: the staged groups, once there are as many as the sender still holds.
     pub fn cts_due(&mut self) -> Option<CtsWrite> {
-        if self.staged() > 0 && self.supply() < CTS_LOW_WATER {
+        if self.staged() > 0 && self.staged() >= self.supply() {
             self.take_cts()
         } else {
             None
@@ -529,22 +527,47 @@ mod tests {
     }
 
     #[test]
-    fn staged_entries_wait_while_the_sender_is_supplied_and_go_out_when_it_runs_low() {
+    fn staged_entries_wait_while_the_sender_holds_more_and_go_out_when_it_holds_as_many() {
         let mut c = RecvCore::new(1, false);
         let posted: Vec<PostRecv> = (0..8).map(|_| post(&mut c, 1)).collect();
-        c.cts_due().expect("supply 1");
+        c.cts_due().expect("7 staged, the sender holds 1");
         assert_eq!(c.supply(), 8);
-        let more: Vec<PostRecv> = (0..4).map(|_| post(&mut c, 1)).collect();
+        let more: Vec<PostRecv> = (0..2).map(|_| post(&mut c, 1)).collect();
         assert!(more.iter().all(|p| p.cts.is_none()));
-        for (i, p) in posted.iter().enumerate().take(4) {
-            assert_eq!(c.cts_due(), None, "supply {} is enough", 8 - i);
+        for (i, p) in posted.iter().enumerate().take(5) {
+            assert_eq!(c.cts_due(), None, "2 staged, the sender holds {}", 8 - i);
             finish(&mut c, p);
         }
-        assert_eq!(c.supply(), 4);
+        assert_eq!(c.supply(), 3);
         assert_eq!(c.cts_due(), None);
-        finish(&mut c, &posted[4]);
-        let w = c.cts_due().expect("supply 3 < 4");
-        assert_eq!((w.from, w.to), (8, 12));
+        finish(&mut c, &posted[5]);
+        let w = c.cts_due().expect("2 staged, the sender holds 2");
+        assert_eq!((w.from, w.to), (8, 10));
+    }
+
+    #[test]
+    fn with_thirty_two_kept_posted_each_write_carries_about_sixteen_groups() {
+        let mut c = RecvCore::new(1, false);
+        let mut q: std::collections::VecDeque<PostRecv> =
+            (0..SLOTS).map(|_| post(&mut c, 1)).collect();
+        let mut writes = 0;
+        for _ in 0..1000 {
+            if c.cts_due().is_some() {
+                writes += 1;
+                assert!(
+                    c.supply() >= (SLOTS / 2) as u64 - 1,
+                    "the sender is never starved"
+                );
+            }
+            let p = q.pop_front().unwrap();
+            finish(&mut c, &p);
+            c.take_done(p.req).unwrap().unwrap();
+            q.push_back(post(&mut c, 1));
+        }
+        assert!(
+            (55..=70).contains(&writes),
+            "{writes} writes for 1000 receives"
+        );
     }
 
     #[test]
