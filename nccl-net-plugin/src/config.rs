@@ -41,6 +41,9 @@ pub struct Config {
     pub relaxed_ordering: u8,
     /// `NCCL_GDR_FLUSH_DISABLE`.
     pub gdr_flush_disable: bool,
+    /// `NCCL_IB_USE_INLINE`: clear-to-send writes of one entry go inline (`IBV_SEND_INLINE`;
+    /// the QPs are created with room for one 64-byte entry), as NCCL's IB transport does.
+    pub use_inline: bool,
     /// `FERRO_FLUSH_HOST`: also flush receives into host memory (diagnostics and tests of the
     /// flush path on NICs without GPUDirect RDMA).
     pub flush_host: bool,
@@ -176,6 +179,7 @@ impl Default for Config {
             hca: None,
             relaxed_ordering: 2,
             gdr_flush_disable: false,
+            use_inline: false,
             flush_host: false,
             gid_overrides: Vec::new(),
             stall_warn_s: 60,
@@ -283,12 +287,14 @@ impl Config {
         };
         let relaxed_ordering = int_in(get, &mut w, "NCCL_IB_PCI_RELAXED_ORDERING", 2, 0, 2) as u8;
         let gdr_flush_disable = int_in(get, &mut w, "NCCL_GDR_FLUSH_DISABLE", 0, 0, 1) == 1;
+        let use_inline = int_in(get, &mut w, "NCCL_IB_USE_INLINE", 0, 0, 1) == 1;
         let flush_host = int_in(get, &mut w, "FERRO_FLUSH_HOST", 0, 0, 1) == 1;
         let stall_warn_s = int_in(get, &mut w, "FERRO_STALL_WARN_S", 60, 0, 86_400) as u32;
         let cfg = Config {
             stall_warn_s,
             relaxed_ordering,
             gdr_flush_disable,
+            use_inline,
             flush_host,
             hca,
             gid_overrides,
@@ -371,9 +377,10 @@ impl Config {
             range,
             self.roce_version
         ) + &format!(
-            " NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} FERRO_FLUSH_HOST={} FERRO_STALL_WARN_S={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
+            " NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} NCCL_IB_USE_INLINE={} FERRO_FLUSH_HOST={} FERRO_STALL_WARN_S={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
             self.relaxed_ordering,
             u8::from(self.gdr_flush_disable),
+            u8::from(self.use_inline),
             u8::from(self.flush_host),
             self.stall_warn_s,
             self.hca.as_ref().map_or("unset", |h| h.raw.as_str()),

@@ -321,6 +321,17 @@ struct Case {
 }
 
 const MATRIX: &[Case] = &[
+    // Inline clear-to-send writes (NCCL_IB_USE_INLINE=1), with the size sweep.
+    Case {
+        env: &[("NCCL_IB_USE_INLINE", "1")],
+        kind: "transfer",
+        expect: &["NCCL_IB_USE_INLINE=1"],
+    },
+    Case {
+        env: &[("NCCL_IB_USE_INLINE", "2")],
+        kind: "transfer",
+        expect: &["NCCL_IB_USE_INLINE", "2", "NCCL_IB_USE_INLINE=0"],
+    },
     // QPs per connection x split mode, with the size sweep and a grouped receive.
     Case {
         env: &[

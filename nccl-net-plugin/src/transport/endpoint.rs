@@ -47,7 +47,12 @@ impl Endpoint {
             max_recv_wr: depths.recv_wr,
             max_send_sge: 1,
             max_recv_sge: 1,
-            max_inline_data: 0,
+            // NCCL_IB_USE_INLINE: room for one clear-to-send entry, as NCCL's IB transport asks.
+            max_inline_data: if crate::plugin::get().is_ok_and(|p| p.config.use_inline) {
+                ferro_proto::fifo::ENTRY_SIZE as u32
+            } else {
+                0
+            },
         };
         let mut qps = Vec::with_capacity(nqps);
         for _ in 0..nqps {

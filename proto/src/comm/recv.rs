@@ -375,9 +375,11 @@ impl RecvCore {
     /// What the comm waits for, in words a user can act on (for the stall warning).
     pub fn describe_wait(&self) -> String {
         format!(
-            "{} receives posted wait for the sender's data (the oldest is receive #{}); {} receives finished so far",
+            "{} receives posted wait for the sender's data (the oldest is receive #{}; {} of them announced to the sender, {} staged); {} receives finished so far",
             self.posted,
             self.seq - self.posted as u64,
+            self.supply(),
+            self.staged(),
             self.seq - self.posted as u64
         )
     }
