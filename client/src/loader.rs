@@ -1,14 +1,12 @@
 //! Loading a plugin the way NCCL does: `dlopen(path, RTLD_NOW|RTLD_LOCAL)`, then
-//! `dlsym("ncclNetPlugin_v8")`. The library is never closed (its table's code lives in it).
+//! `dlsym("ncclNetPlugin_v<N>")`. The library is never closed (its table's code lives in it).
 
+use crate::table::Table;
 use core::ffi::CStr;
-use ferro_ffi::ncclNet_v8_t;
+use ferro_ffi::AbiVersion;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-
-/// The exported table's symbol.
-pub const SYMBOL: &CStr = c"ncclNetPlugin_v8";
 
 /// The text of `dlerror()`, or a placeholder.
 pub fn dl_error() -> String {
@@ -24,9 +22,23 @@ pub fn dl_error() -> String {
     }
 }
 
-/// Opens the plugin at `path` and returns its exported v8 table (valid for the life of the
-/// process: the library is never unloaded).
-pub fn open_plugin(path: &Path) -> Result<&'static ncclNet_v8_t, String> {
+/// A library opened with `dlopen`, never closed.
+#[derive(Debug, Clone, Copy)]
+pub struct Library(*mut core::ffi::c_void);
+
+impl Library {
+    /// Whether the library exports `symbol` (looked up as NCCL's loader does: `dlsym`).
+    pub fn has_symbol(&self, symbol: &str) -> bool {
+        let Ok(c) = CString::new(symbol) else {
+            return false;
+        };
+        // SAFETY: self.0 is a live handle from dlopen (never closed); the name is NUL-terminated.
+        !unsafe { libc::dlsym(self.0, c.as_ptr()) }.is_null()
+    }
+}
+
+/// `dlopen(path, RTLD_NOW|RTLD_LOCAL)`.
+pub fn open_library(path: &Path) -> Result<Library, String> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| format!("NUL in {}", path.display()))?;
     // SAFETY: c is NUL-terminated; loading runs the plugin's initialisers, as NCCL's dlopen does.
@@ -38,18 +50,35 @@ pub fn open_plugin(path: &Path) -> Result<&'static ncclNet_v8_t, String> {
             dl_error()
         ));
     }
-    // SAFETY: lib is a live handle; the symbol name is NUL-terminated.
-    let sym = unsafe { libc::dlsym(lib, SYMBOL.as_ptr()) };
+    Ok(Library(lib))
+}
+
+/// Opens the plugin at `path` and returns its exported table of `version` (valid for the life
+/// of the process: the library is never unloaded).
+pub fn open_plugin_version(path: &Path, version: AbiVersion) -> Result<Table<'static>, String> {
+    let lib = open_library(path)?;
+    let name = version.symbol();
+    // SAFETY: lib.0 is a live handle; the symbol name is NUL-terminated.
+    let sym = unsafe { libc::dlsym(lib.0, name.as_ptr()) };
     if sym.is_null() {
         return Err(format!(
-            "{} does not export ncclNetPlugin_v8: {}",
+            "{} does not export {}: {}",
             path.display(),
+            name.to_string_lossy(),
             dl_error()
         ));
     }
-    // SAFETY: the symbol is the plugin's exported `ncclNet_v8_t` static (layout pinned in
+    // SAFETY: the symbol is the plugin's exported table of that version (layouts pinned in
     // ferro-ffi), immutable, in a library that is never unloaded.
-    Ok(unsafe { &*sym.cast::<ncclNet_v8_t>() })
+    Ok(unsafe { Table::from_symbol(version, sym) })
+}
+
+/// The v8 table (see [`open_plugin_version`]), as its own type.
+pub fn open_plugin(path: &Path) -> Result<&'static ferro_ffi::ncclNet_v8_t, String> {
+    match open_plugin_version(path, AbiVersion::V8)? {
+        Table::V8(t) => Ok(t),
+        _ => Err("the v8 symbol gave another table type".into()),
+    }
 }
 
 /// The plugin's own statistics function (`ferroNetStats_v1`), looked up in the library that

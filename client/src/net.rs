@@ -1,4 +1,5 @@
-//! Loading the plugin the way NCCL does, and calling it only through its `ncclNet_v8_t` table.
+//! Loading the plugin the way NCCL does, and calling it only through one of its tables (v7 to
+//! v12: [`Table`]; `FERRO_NET_ABI=<N>` picks the version for [`Net::load`], default 8).
 //!
 //! [`Net`] has one method per table entry. Each returns `Result<_, ncclResult_t>`; for the
 //! non-blocking entries `Ok(None)` is NCCL's "NULL, call again" answer (connect/accept/isend/
@@ -10,15 +11,40 @@ use crate::buffer::Buffer;
 use crate::error::{HResult, HarnessError, NcclExt};
 use crate::handle::Handle;
 use crate::logger;
-use crate::raw;
+use crate::raw::{self, AnyProps};
+use crate::table::Table;
 use core::ffi::{CStr, c_char, c_int, c_void};
-use ferro_ffi::{ncclDebugLogger_t, ncclNet_v8_t, ncclNetProperties_v8_t, ncclResult_t};
+use ferro_ffi::{
+    AbiVersion, NCCL_NET_TRAFFIC_CLASS_UNDEF, ncclDebugLogger_t, ncclNetProperties_v7_t,
+    ncclNetProperties_v8_t, ncclNetProperties_v9_t, ncclNetProperties_v11_t,
+    ncclNetProperties_v12_t, ncclNetVDeviceProps_v9_t, ncclNetVDeviceProps_v12_t,
+    ncclProfilerCallback_t, ncclResult_t,
+};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// Environment variable choosing the table version [`Net::load`] uses (7 … 12; default 8).
+pub const ABI_ENV: &str = "FERRO_NET_ABI";
+
+/// The version named by `FERRO_NET_ABI` (default v8); an invalid value is an error naming it.
+pub fn abi_from_env() -> Result<AbiVersion, String> {
+    match std::env::var(ABI_ENV) {
+        Err(_) => Ok(AbiVersion::V8),
+        Ok(v) if v.is_empty() => Ok(AbiVersion::V8),
+        Ok(v) => v
+            .trim_start_matches('v')
+            .parse::<u32>()
+            .ok()
+            .and_then(AbiVersion::from_number)
+            .ok_or_else(|| format!("{ABI_ENV}={v}: not a net ABI version (7 to 12)")),
+    }
+}
 
 pub use crate::blocking::Backoff;
+pub use crate::loader::open_library;
 
 /// A plugin call's outcome: the value, or the non-success code it returned.
 pub type NetResult<T> = Result<T, ncclResult_t>;
@@ -94,10 +120,27 @@ pub struct Properties {
     pub max_recvs: c_int,
     pub net_device_type: c_int,
     pub net_device_version: c_int,
+    /// v9+: `forceFlush`.
+    pub force_flush: Option<c_int>,
+    /// v9+: the physical devices behind this one (`vProps`).
+    pub vdevs: Option<Vec<c_int>>,
+    /// v9+: `maxP2pBytes`, `maxCollBytes`.
+    pub max_p2p_bytes: Option<usize>,
+    pub max_coll_bytes: Option<usize>,
+    /// v11+: `maxMultiRequestSize`.
+    pub max_multi_request_size: Option<c_int>,
+    /// v12: `railId`, `planeId`.
+    pub rail_id: Option<i16>,
+    pub plane_id: Option<i16>,
 }
 
+/// Value stored in `size_t` property fields before `getProperties`.
+pub const PROP_UNSET_BYTES: usize = 0x5a5a_5a5a_5a5a_5a5a;
+/// Value stored in `int16_t` property fields before `getProperties`.
+pub const PROP_UNSET_I16: i16 = -0x5a5b;
+
 impl Properties {
-    fn unset_raw() -> ncclNetProperties_v8_t {
+    fn unset_v8() -> ncclNetProperties_v8_t {
         ncclNetProperties_v8_t {
             name: std::ptr::null_mut(),
             pciPath: std::ptr::null_mut(),
@@ -111,6 +154,157 @@ impl Properties {
             maxRecvs: PROP_UNSET,
             netDeviceType: PROP_UNSET,
             netDeviceVersion: PROP_UNSET,
+        }
+    }
+
+    /// The version's layout with every field at its "unset" marker.
+    fn unset_raw(version: AbiVersion) -> AnyProps {
+        let b = Self::unset_v8();
+        let v9 = ncclNetProperties_v9_t {
+            name: b.name,
+            pciPath: b.pciPath,
+            guid: b.guid,
+            ptrSupport: b.ptrSupport,
+            regIsGlobal: b.regIsGlobal,
+            forceFlush: PROP_UNSET,
+            speed: b.speed,
+            port: b.port,
+            latency: b.latency,
+            maxComms: b.maxComms,
+            maxRecvs: b.maxRecvs,
+            netDeviceType: b.netDeviceType,
+            netDeviceVersion: b.netDeviceVersion,
+            vProps: ncclNetVDeviceProps_v9_t {
+                ndevs: PROP_UNSET,
+                devs: [PROP_UNSET; 4],
+            },
+            maxP2pBytes: PROP_UNSET_BYTES,
+            maxCollBytes: PROP_UNSET_BYTES,
+        };
+        match version {
+            AbiVersion::V7 => AnyProps::V7(ncclNetProperties_v7_t {
+                name: b.name,
+                pciPath: b.pciPath,
+                guid: b.guid,
+                ptrSupport: b.ptrSupport,
+                speed: b.speed,
+                port: b.port,
+                latency: b.latency,
+                maxComms: b.maxComms,
+                maxRecvs: b.maxRecvs,
+                netDeviceType: b.netDeviceType,
+                netDeviceVersion: b.netDeviceVersion,
+            }),
+            AbiVersion::V8 => AnyProps::V8(b),
+            AbiVersion::V9 | AbiVersion::V10 => AnyProps::V9(v9),
+            AbiVersion::V11 => AnyProps::V11(ncclNetProperties_v11_t {
+                name: b.name,
+                pciPath: b.pciPath,
+                guid: b.guid,
+                ptrSupport: b.ptrSupport,
+                regIsGlobal: b.regIsGlobal,
+                forceFlush: PROP_UNSET,
+                speed: b.speed,
+                port: b.port,
+                latency: b.latency,
+                maxComms: b.maxComms,
+                maxRecvs: b.maxRecvs,
+                netDeviceType: b.netDeviceType,
+                netDeviceVersion: b.netDeviceVersion,
+                vProps: v9.vProps,
+                maxP2pBytes: PROP_UNSET_BYTES,
+                maxCollBytes: PROP_UNSET_BYTES,
+                maxMultiRequestSize: PROP_UNSET,
+            }),
+            AbiVersion::V12 => AnyProps::V12(ncclNetProperties_v12_t {
+                name: b.name,
+                pciPath: b.pciPath,
+                guid: b.guid,
+                ptrSupport: b.ptrSupport,
+                regIsGlobal: b.regIsGlobal,
+                forceFlush: PROP_UNSET,
+                speed: b.speed,
+                port: b.port,
+                latency: b.latency,
+                maxComms: b.maxComms,
+                maxRecvs: b.maxRecvs,
+                netDeviceType: b.netDeviceType,
+                netDeviceVersion: b.netDeviceVersion,
+                vProps: ncclNetVDeviceProps_v12_t {
+                    ndevs: PROP_UNSET,
+                    devs: [PROP_UNSET; 8],
+                },
+                maxP2pBytes: PROP_UNSET_BYTES,
+                maxCollBytes: PROP_UNSET_BYTES,
+                maxMultiRequestSize: PROP_UNSET,
+                railId: PROP_UNSET_I16,
+                planeId: PROP_UNSET_I16,
+            }),
+        }
+    }
+
+    /// The copied form of what the plugin wrote (fields the version lacks are `None`; v7 has no
+    /// `regIsGlobal`, reported as 0 as NCCL's adapters do).
+    fn from_raw(p: &AnyProps) -> Properties {
+        macro_rules! common {
+            ($q:expr, $reg:expr) => {
+                Properties {
+                    name: c_string($q.name),
+                    pci_path: c_string($q.pciPath),
+                    guid: $q.guid,
+                    ptr_support: $q.ptrSupport,
+                    reg_is_global: $reg,
+                    speed: $q.speed,
+                    port: $q.port,
+                    latency: $q.latency,
+                    max_comms: $q.maxComms,
+                    max_recvs: $q.maxRecvs,
+                    net_device_type: $q.netDeviceType,
+                    net_device_version: $q.netDeviceVersion,
+                    force_flush: None,
+                    vdevs: None,
+                    max_p2p_bytes: None,
+                    max_coll_bytes: None,
+                    max_multi_request_size: None,
+                    rail_id: None,
+                    plane_id: None,
+                }
+            };
+        }
+        fn members(ndevs: c_int, devs: &[c_int]) -> Vec<c_int> {
+            match usize::try_from(ndevs) {
+                Ok(n) if n <= devs.len() => devs[..n].to_vec(),
+                _ => vec![ndevs],
+            }
+        }
+        match p {
+            AnyProps::V7(q) => common!(q, 0),
+            AnyProps::V8(q) => common!(q, q.regIsGlobal),
+            AnyProps::V9(q) => Properties {
+                force_flush: Some(q.forceFlush),
+                vdevs: Some(members(q.vProps.ndevs, &q.vProps.devs)),
+                max_p2p_bytes: Some(q.maxP2pBytes),
+                max_coll_bytes: Some(q.maxCollBytes),
+                ..common!(q, q.regIsGlobal)
+            },
+            AnyProps::V11(q) => Properties {
+                force_flush: Some(q.forceFlush),
+                vdevs: Some(members(q.vProps.ndevs, &q.vProps.devs)),
+                max_p2p_bytes: Some(q.maxP2pBytes),
+                max_coll_bytes: Some(q.maxCollBytes),
+                max_multi_request_size: Some(q.maxMultiRequestSize),
+                ..common!(q, q.regIsGlobal)
+            },
+            AnyProps::V12(q) => Properties {
+                force_flush: Some(q.forceFlush),
+                vdevs: Some(members(q.vProps.ndevs, &q.vProps.devs)),
+                max_p2p_bytes: Some(q.maxP2pBytes),
+                max_coll_bytes: Some(q.maxCollBytes),
+                max_multi_request_size: Some(q.maxMultiRequestSize),
+                rail_id: Some(q.railId),
+                plane_id: Some(q.planeId),
+                ..common!(q, q.regIsGlobal)
+            },
         }
     }
 
@@ -129,6 +323,35 @@ impl Properties {
         ];
         for (name, value) in ints {
             if value == PROP_UNSET {
+                v.push(name);
+            }
+        }
+        let optional_ints = [
+            ("forceFlush", self.force_flush),
+            ("maxMultiRequestSize", self.max_multi_request_size),
+        ];
+        for (name, value) in optional_ints {
+            if value == Some(PROP_UNSET) {
+                v.push(name);
+            }
+        }
+        if self
+            .vdevs
+            .as_ref()
+            .is_some_and(|d| d.is_empty() || d.contains(&PROP_UNSET))
+        {
+            v.push("vProps");
+        }
+        for (name, value) in [
+            ("maxP2pBytes", self.max_p2p_bytes),
+            ("maxCollBytes", self.max_coll_bytes),
+        ] {
+            if value == Some(PROP_UNSET_BYTES) {
+                v.push(name);
+            }
+        }
+        for (name, value) in [("railId", self.rail_id), ("planeId", self.plane_id)] {
+            if value == Some(PROP_UNSET_I16) {
                 v.push(name);
             }
         }
@@ -220,23 +443,19 @@ pub struct RecvSlot<'a> {
     pub mr: &'a Mr,
 }
 
-fn c_size(len: usize) -> c_int {
-    match c_int::try_from(len) {
-        Ok(v) => v,
-        Err(_) => panic!("{len} bytes does not fit the v8 ABI's int size"),
-    }
-}
-
 /// The loaded plugin.
 #[derive(Debug)]
 pub struct Net {
-    table: &'static ncclNet_v8_t,
+    table: Table<'static>,
+    /// The v11+ context from the last `init` (NULL before).
+    ctx: AtomicPtr<c_void>,
     path: PathBuf,
 }
 
 // SAFETY: `table` points at the plugin's immutable exported static in a library that is never
 // unloaded (the harness never calls dlclose); NCCL itself calls the table from several threads,
-// so its entries must be callable from any thread.
+// so its entries must be callable from any thread. The context is an opaque pointer the plugin
+// allows on any thread (NCCL's service and progress threads share it).
 unsafe impl Send for Net {}
 // SAFETY: as above; `Net` has no interior mutability.
 unsafe impl Sync for Net {}
@@ -253,20 +472,33 @@ impl Net {
         NET.get_or_init(Net::load).as_ref().map_err(Clone::clone)
     }
 
-    /// `dlopen(path, RTLD_NOW|RTLD_LOCAL)` + `dlsym("ncclNetPlugin_v8")`. The library is never closed.
+    /// `dlopen(path, RTLD_NOW|RTLD_LOCAL)` + `dlsym("ncclNetPlugin_v<N>")` of the version
+    /// `FERRO_NET_ABI` names (default 8). The library is never closed.
     pub fn load_from(path: &Path) -> Result<Net, String> {
+        Self::load_version(path, abi_from_env()?)
+    }
+
+    /// As [`Net::load_from`], for the table of `version`.
+    pub fn load_version(path: &Path, version: AbiVersion) -> Result<Net, String> {
         Ok(Net {
-            table: crate::loader::open_plugin(path)?,
+            table: crate::loader::open_plugin_version(path, version)?,
+            ctx: AtomicPtr::new(std::ptr::null_mut()),
             path: path.to_path_buf(),
         })
     }
 
     /// A table linked into this process (the plugin crate's own in-process tests).
-    pub fn linked(table: &'static ncclNet_v8_t) -> Net {
+    pub fn linked(table: impl Into<Table<'static>>) -> Net {
         Net {
-            table,
+            table: table.into(),
+            ctx: AtomicPtr::new(std::ptr::null_mut()),
             path: PathBuf::new(),
         }
+    }
+
+    /// The table's ABI version.
+    pub fn version(&self) -> AbiVersion {
+        self.table.version()
     }
 
     /// Looks up another symbol of the plugin (NULL if absent).
@@ -290,9 +522,10 @@ impl Net {
         unsafe { libc::dlsym(lib, name.as_ptr()) }
     }
 
-    /// The exported table (for calls the wrapper does not offer, such as deliberate NULLs).
-    pub fn table(&self) -> &ncclNet_v8_t {
-        self.table
+    /// The exported table with the current v11+ context (for calls the wrapper does not offer,
+    /// such as deliberate NULLs, and for [`raw`]).
+    pub fn table(&self) -> Table<'static> {
+        self.table.with_ctx(self.ctx.load(Ordering::Acquire))
     }
 
     /// The loaded file.
@@ -302,7 +535,7 @@ impl Net {
 
     /// The table's `name`.
     pub fn name(&self) -> Option<String> {
-        c_string(self.table().name)
+        c_string(self.table().name_ptr())
     }
 
     /// `init` with the harness's recording C logger.
@@ -310,9 +543,33 @@ impl Net {
         self.init_with(logger::nccl_logger())
     }
 
-    /// `init` with any logger (or NULL).
+    /// `init` with any logger (or NULL). For v11+ this is a communicator's `init`: the context
+    /// it returns replaces the previous one, which is finalized.
     pub fn init_with(&self, logger: ncclDebugLogger_t) -> NetResult<()> {
-        raw::init(self.table(), logger)
+        self.init_full(logger, None, 0, NCCL_NET_TRAFFIC_CLASS_UNDEF)
+    }
+
+    /// `init` with everything a version may take: logger, profiler callback (v10+), communicator
+    /// id and traffic class (v11+; v10 passes the traffic class to `connect` instead).
+    pub fn init_full(
+        &self,
+        logger: ncclDebugLogger_t,
+        profiler: ncclProfilerCallback_t,
+        comm_id: u64,
+        traffic_class: c_int,
+    ) -> NetResult<()> {
+        let ctx = raw::init_ctx(self.table, logger, profiler, comm_id, traffic_class)?;
+        let old = self.ctx.swap(ctx, Ordering::AcqRel);
+        if !old.is_null() {
+            raw::finalize(self.table.with_ctx(old))?;
+        }
+        Ok(())
+    }
+
+    /// `finalize` of the current context (v11+; nothing before v11).
+    pub fn finalize(&self) -> NetResult<()> {
+        let old = self.ctx.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        raw::finalize(self.table.with_ctx(old))
     }
 
     /// `devices`.
@@ -322,22 +579,9 @@ impl Net {
 
     /// `getProperties`, with unfilled fields left at [`PROP_UNSET`] (see [`Properties::unset_fields`]).
     pub fn get_properties(&self, dev: c_int) -> NetResult<Properties> {
-        let mut p = Properties::unset_raw();
-        raw::get_properties(self.table(), dev, &mut p)?;
-        Ok(Properties {
-            name: c_string(p.name),
-            pci_path: c_string(p.pciPath),
-            guid: p.guid,
-            ptr_support: p.ptrSupport,
-            reg_is_global: p.regIsGlobal,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.maxComms,
-            max_recvs: p.maxRecvs,
-            net_device_type: p.netDeviceType,
-            net_device_version: p.netDeviceVersion,
-        })
+        let mut p = Properties::unset_raw(self.version());
+        raw::get_properties_any(self.table(), dev, &mut p)?;
+        Ok(Properties::from_raw(&p))
     }
 
     /// The index of the device named `name`.
@@ -428,7 +672,17 @@ impl Net {
         let data = buf.ptr_at(offset, len);
         // SAFETY: a live send comm; the data stays mapped for the life of the process, so the
         // plugin may read it until the request completes or the comm is closed.
-        let req = unsafe { raw::isend(self.table(), comm.0, data, c_size(len), tag, mr.0) }?;
+        let req = unsafe {
+            raw::isend_bytes(
+                self.table(),
+                comm.0,
+                data,
+                len,
+                tag,
+                mr.0,
+                std::ptr::null_mut(),
+            )
+        }?;
         Ok((!req.is_null()).then_some(Request { ptr: req, n: 1 }))
     }
 
@@ -438,20 +692,22 @@ impl Net {
             .iter()
             .map(|s| s.buf.ptr_at(s.offset, s.len))
             .collect();
-        let mut sizes: Vec<c_int> = slots.iter().map(|s| c_size(s.len)).collect();
+        let sizes: Vec<usize> = slots.iter().map(|s| s.len).collect();
         let mut tags: Vec<c_int> = slots.iter().map(|s| s.tag).collect();
         let mut mhs: Vec<*mut c_void> = slots.iter().map(|s| s.mr.0).collect();
         // SAFETY: a live recv comm; n arrays of n entries each, valid for the call (the plugin
         // copies them, as NCCL passes stack arrays); the buffers stay mapped for the life of the
         // process.
         let req = unsafe {
-            raw::irecv(
+            raw::irecv_bytes(
                 self.table(),
                 comm.0,
                 &mut data,
-                &mut sizes,
+                &sizes,
                 &mut tags,
                 &mut mhs,
+                None,
+                std::ptr::null_mut(),
             )
         }?;
         Ok((!req.is_null()).then_some(Request {

@@ -2,10 +2,20 @@
 //! typed [`crate::net::Net`], the benchmark and the in-process tests (which count allocations or
 //! misuse the table on purpose) all call the plugin through these; a NULL table entry is
 //! `ncclInternalError`.
+//!
+//! Every call takes a [`Table`] of any ABI version (a `&ncclNet_v8_t` converts to one) and
+//! converts its arguments to what that version's entry takes: sizes `int` (v7, v8) or `size_t`
+//! (v9+; v7's `regMr` too is `int`), profiler handles (v10+), the connect config (v10), the
+//! per-communicator context (v11+). A size that a version cannot express is refused here with
+//! `ncclInvalidArgument` before the plugin is called.
 
+use crate::table::{Table, any_table};
 use core::ffi::{c_int, c_void};
 use ferro_ffi::{
-    ncclDebugLogger_t, ncclNet_v8_t, ncclNetDeviceHandle_v8_t, ncclNetProperties_v8_t, ncclResult_t,
+    NCCL_NET_TRAFFIC_CLASS_UNDEF, ncclDebugLogger_t, ncclNetAttr_v11_t, ncclNetCommConfig_v10_t,
+    ncclNetDeviceHandle_v8_t, ncclNetProperties_v7_t, ncclNetProperties_v8_t,
+    ncclNetProperties_v9_t, ncclNetProperties_v11_t, ncclNetProperties_v12_t,
+    ncclProfilerCallback_t, ncclResult_t,
 };
 
 /// A call's outcome: the value, or the non-success code it returned.
@@ -24,22 +34,44 @@ fn entry<T: Copy>(f: Option<T>) -> NetResult<T> {
     f.ok_or(ncclResult_t::InternalError)
 }
 
+/// A size for a version with `int` sizes.
+fn int_size(size: usize) -> NetResult<c_int> {
+    c_int::try_from(size).map_err(|_| ncclResult_t::InvalidArgument)
+}
+
+/// Most buffers one `irecv` may pass through these calls (the conversions use stack arrays).
+pub const MAX_IRECV_BUFFERS: usize = 64;
+
 /// `regMr`: the memory handle.
 ///
 /// # Safety
 /// `comm` is a live comm of this table's plugin; `[data, data + size)` stays mapped until the
 /// handle is deregistered.
-pub unsafe fn reg_mr(
-    t: &ncclNet_v8_t,
+pub unsafe fn reg_mr<'a>(
+    t: impl Into<Table<'a>>,
     comm: *mut c_void,
     data: *mut c_void,
     size: usize,
     ptr_type: c_int,
 ) -> NetResult<*mut c_void> {
-    let f = entry(t.regMr)?;
     let mut mh = core::ptr::null_mut();
-    // SAFETY: per this function's contract; a valid out-pointer.
-    check(unsafe { f(comm, data, size, ptr_type, &mut mh) })?;
+    let t = t.into();
+    let narrow = match t {
+        Table::V7(_) => int_size(size)?,
+        _ => 0,
+    };
+    // SAFETY: (every arm) per this function's contract; a valid out-pointer.
+    let r = unsafe {
+        match t {
+            Table::V7(t) => entry(t.regMr)?(comm, data, narrow, ptr_type, &mut mh),
+            Table::V8(t) => entry(t.regMr)?(comm, data, size, ptr_type, &mut mh),
+            Table::V9(t) => entry(t.regMr)?(comm, data, size, ptr_type, &mut mh),
+            Table::V10(t) => entry(t.regMr)?(comm, data, size, ptr_type, &mut mh),
+            Table::V11(t, _) => entry(t.regMr)?(comm, data, size, ptr_type, &mut mh),
+            Table::V12(t, _) => entry(t.regMr)?(comm, data, size, ptr_type, &mut mh),
+        }
+    };
+    check(r)?;
     Ok(mh)
 }
 
@@ -47,10 +79,13 @@ pub unsafe fn reg_mr(
 ///
 /// # Safety
 /// `mh` came from `regMr` on `comm` and is not used again.
-pub unsafe fn dereg_mr(t: &ncclNet_v8_t, comm: *mut c_void, mh: *mut c_void) -> NetResult<()> {
-    let f = entry(t.deregMr)?;
+pub unsafe fn dereg_mr<'a>(
+    t: impl Into<Table<'a>>,
+    comm: *mut c_void,
+    mh: *mut c_void,
+) -> NetResult<()> {
     // SAFETY: per this function's contract.
-    check(unsafe { f(comm, mh) })
+    check(any_table!(t.into(), t => unsafe { entry(t.deregMr)?(comm, mh) }))
 }
 
 /// `isend`: the request, NULL when the plugin cannot take the send yet.
@@ -58,18 +93,75 @@ pub unsafe fn dereg_mr(t: &ncclNet_v8_t, comm: *mut c_void, mh: *mut c_void) -> 
 /// # Safety
 /// `comm` is a live send comm; `[data, data + size)` lies in the memory registered as `mh` and
 /// stays untouched until the request completes.
-pub unsafe fn isend(
-    t: &ncclNet_v8_t,
+pub unsafe fn isend<'a>(
+    t: impl Into<Table<'a>>,
     comm: *mut c_void,
     data: *mut c_void,
     size: c_int,
     tag: c_int,
     mh: *mut c_void,
 ) -> NetResult<*mut c_void> {
-    let f = entry(t.isend)?;
+    let t = t.into();
+    if t.version().has_size_t_sizes() {
+        // A negative int becomes a huge size_t, as a C caller's conversion would.
+        // SAFETY: forwarded contract.
+        unsafe {
+            isend_bytes(
+                t,
+                comm,
+                data,
+                size as isize as usize,
+                tag,
+                mh,
+                core::ptr::null_mut(),
+            )
+        }
+    } else {
+        let f = match t {
+            Table::V7(t) => entry(t.isend)?,
+            Table::V8(t) => entry(t.isend)?,
+            _ => return Err(ncclResult_t::InternalError),
+        };
+        let mut req = core::ptr::null_mut();
+        // SAFETY: per this function's contract; a valid out-pointer.
+        check(unsafe { f(comm, data, size, tag, mh, &mut req) })?;
+        Ok(req)
+    }
+}
+
+/// `isend` of `size` bytes (`size_t` from v9; refused when a v7/v8 `int` cannot hold it), with a
+/// profiler handle (passed from v10, dropped before).
+///
+/// # Safety
+/// As [`isend`]; `phandle` is NULL or stays valid until the request completes.
+pub unsafe fn isend_bytes<'a>(
+    t: impl Into<Table<'a>>,
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    tag: c_int,
+    mh: *mut c_void,
+    phandle: *mut c_void,
+) -> NetResult<*mut c_void> {
     let mut req = core::ptr::null_mut();
-    // SAFETY: per this function's contract; a valid out-pointer.
-    check(unsafe { f(comm, data, size, tag, mh, &mut req) })?;
+    let t = t.into();
+    let narrow = if t.version().has_size_t_sizes() {
+        0
+    } else {
+        int_size(size)?
+    };
+    // SAFETY: (every arm) per this function's contract; a valid out-pointer.
+    let r = unsafe {
+        match t {
+            Table::V7(t) => entry(t.isend)?(comm, data, narrow, tag, mh, &mut req),
+            Table::V8(t) => entry(t.isend)?(comm, data, narrow, tag, mh, &mut req),
+            Table::V9(t) => entry(t.isend)?(comm, data, size, tag, mh, &mut req),
+            Table::V10(t) => entry(t.isend)?(comm, data, size, tag, mh, phandle, &mut req),
+            Table::V11(t, _) => entry(t.isend)?(comm, data, size, tag, mh, phandle, &mut req),
+            Table::V12(t, _) => entry(t.isend)?(comm, data, size, tag, mh, phandle, &mut req),
+        }
+    };
+    check(r)?;
     Ok(req)
 }
 
@@ -79,8 +171,8 @@ pub unsafe fn isend(
 /// # Safety
 /// `comm` is a live receive comm; every buffer lies in its registered memory and stays unused
 /// until the request completes.
-pub unsafe fn irecv(
-    t: &ncclNet_v8_t,
+pub unsafe fn irecv<'a>(
+    t: impl Into<Table<'a>>,
     comm: *mut c_void,
     data: &mut [*mut c_void],
     sizes: &mut [c_int],
@@ -88,10 +180,35 @@ pub unsafe fn irecv(
     mhs: &mut [*mut c_void],
 ) -> NetResult<*mut c_void> {
     let n = data.len();
-    if sizes.len() != n || tags.len() != n || mhs.len() != n {
+    if sizes.len() != n || tags.len() != n || mhs.len() != n || n > MAX_IRECV_BUFFERS {
         return Err(ncclResult_t::InvalidArgument);
     }
-    let f = entry(t.irecv)?;
+    let t = t.into();
+    if t.version().has_size_t_sizes() {
+        let mut wide = [0usize; MAX_IRECV_BUFFERS];
+        for (w, s) in wide.iter_mut().zip(sizes.iter()) {
+            // A negative int becomes a huge size_t, as a C caller's conversion would.
+            *w = *s as isize as usize;
+        }
+        // SAFETY: forwarded contract.
+        return unsafe {
+            irecv_bytes(
+                t,
+                comm,
+                data,
+                &wide[..n],
+                tags,
+                mhs,
+                None,
+                core::ptr::null_mut(),
+            )
+        };
+    }
+    let f = match t {
+        Table::V7(t) => entry(t.irecv)?,
+        Table::V8(t) => entry(t.irecv)?,
+        _ => return Err(ncclResult_t::InternalError),
+    };
     let mut req = core::ptr::null_mut();
     // SAFETY: per this function's contract; four arrays of n entries (the plugin only reads them
     // during the call); a valid out-pointer.
@@ -109,69 +226,302 @@ pub unsafe fn irecv(
     Ok(req)
 }
 
+/// `irecv` with `size_t` sizes (refused when a v7/v8 `int` cannot hold one), profiler handles
+/// (passed from v10, dropped before) and the value `*request` holds when the plugin is called
+/// (NCCL may leave its optional-completion hint, 0x1, there).
+///
+/// # Safety
+/// As [`irecv`]; `phandles`, when given, has one entry per buffer, valid until completion.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn irecv_bytes<'a>(
+    t: impl Into<Table<'a>>,
+    comm: *mut c_void,
+    data: &mut [*mut c_void],
+    sizes: &[usize],
+    tags: &mut [c_int],
+    mhs: &mut [*mut c_void],
+    phandles: Option<&mut [*mut c_void]>,
+    request_in: *mut c_void,
+) -> NetResult<*mut c_void> {
+    let n = data.len();
+    if sizes.len() != n
+        || tags.len() != n
+        || mhs.len() != n
+        || n > MAX_IRECV_BUFFERS
+        || phandles.as_ref().is_some_and(|p| p.len() != n)
+    {
+        return Err(ncclResult_t::InvalidArgument);
+    }
+    let nn = c_int::try_from(n).unwrap_or(c_int::MAX);
+    let ph = phandles.map_or(core::ptr::null_mut(), |p| p.as_mut_ptr());
+    let mut wide = [0usize; MAX_IRECV_BUFFERS];
+    wide[..n].copy_from_slice(sizes);
+    let mut narrow = [0 as c_int; MAX_IRECV_BUFFERS];
+    let mut req = request_in;
+    let (d, tg, m) = (data.as_mut_ptr(), tags.as_mut_ptr(), mhs.as_mut_ptr());
+    let t = t.into();
+    if !t.version().has_size_t_sizes() {
+        for (o, s) in narrow.iter_mut().zip(sizes) {
+            *o = int_size(*s)?;
+        }
+    }
+    let (w, x) = (wide.as_mut_ptr(), narrow.as_mut_ptr());
+    // SAFETY: (every arm) per this function's contract; arrays of n entries, valid for the call;
+    // a valid out-pointer.
+    let r = unsafe {
+        match t {
+            Table::V7(t) => entry(t.irecv)?(comm, nn, d, x, tg, m, &mut req),
+            Table::V8(t) => entry(t.irecv)?(comm, nn, d, x, tg, m, &mut req),
+            Table::V9(t) => entry(t.irecv)?(comm, nn, d, w, tg, m, &mut req),
+            Table::V10(t) => entry(t.irecv)?(comm, nn, d, w, tg, m, ph, &mut req),
+            Table::V11(t, _) => entry(t.irecv)?(comm, nn, d, w, tg, m, ph, &mut req),
+            Table::V12(t, _) => entry(t.irecv)?(comm, nn, d, w, tg, m, ph, &mut req),
+        }
+    };
+    check(r)?;
+    Ok(req)
+}
+
 /// `test`: whether the request is done; `sizes` (NULL allowed) receives its sizes when it is.
 ///
 /// # Safety
 /// `req` is a request the plugin returned and has not reported done; `sizes` is NULL or has room
 /// for the request's buffer count.
-pub unsafe fn test(t: &ncclNet_v8_t, req: *mut c_void, sizes: *mut c_int) -> NetResult<c_int> {
-    let f = entry(t.test)?;
+pub unsafe fn test<'a>(
+    t: impl Into<Table<'a>>,
+    req: *mut c_void,
+    sizes: *mut c_int,
+) -> NetResult<c_int> {
     let mut done: c_int = -1;
     // SAFETY: per this function's contract; a valid `done` pointer.
-    check(unsafe { f(req, &mut done, sizes) })?;
+    check(any_table!(t.into(), t => unsafe { entry(t.test)?(req, &mut done, sizes) }))?;
     Ok(done)
 }
 
-/// `init` with a logger (NULL: the plugin logs to stderr).
-pub fn init(t: &ncclNet_v8_t, logger: ncclDebugLogger_t) -> NetResult<()> {
-    let f = entry(t.init)?;
-    // SAFETY: the argument is NULL or a C variadic logger valid for the whole process.
-    check(unsafe { f(logger) })
+/// `init` with a logger (NULL: the plugin logs to stderr). For v11+ the context it creates is
+/// returned by [`init_ctx`]; this one finalizes it at once (only the process-wide set-up stays).
+pub fn init<'a>(t: impl Into<Table<'a>>, logger: ncclDebugLogger_t) -> NetResult<()> {
+    let t = t.into();
+    let ctx = init_ctx(t, logger, None, 0, NCCL_NET_TRAFFIC_CLASS_UNDEF)?;
+    finalize(t.with_ctx(ctx))
+}
+
+/// `init` as each version takes it: the logger (all), the profiler callback (v10+), and for v11+
+/// the communicator id and config, returning the context (NULL before v11). `traffic_class` is
+/// the config's (`NCCL_NET_TRAFFIC_CLASS_UNDEF`: not set).
+pub fn init_ctx<'a>(
+    t: impl Into<Table<'a>>,
+    logger: ncclDebugLogger_t,
+    profiler: ncclProfilerCallback_t,
+    comm_id: u64,
+    traffic_class: c_int,
+) -> NetResult<*mut c_void> {
+    let mut ctx = core::ptr::null_mut();
+    let mut cfg = ncclNetCommConfig_v10_t {
+        trafficClass: traffic_class,
+    };
+    // SAFETY: (every arm) the logger and callback are NULL or C functions valid for the whole
+    // process; the config and context out-pointer are valid for the call.
+    let r = unsafe {
+        match t.into() {
+            Table::V7(t) => entry(t.init)?(logger),
+            Table::V8(t) => entry(t.init)?(logger),
+            Table::V9(t) => entry(t.init)?(logger),
+            Table::V10(t) => entry(t.init)?(logger, profiler),
+            Table::V11(t, _) => entry(t.init)?(&mut ctx, comm_id, &mut cfg, logger, profiler),
+            Table::V12(t, _) => entry(t.init)?(&mut ctx, comm_id, &mut cfg, logger, profiler),
+        }
+    };
+    check(r)?;
+    Ok(ctx)
+}
+
+/// `finalize` of the table's context (v11+; nothing to do before v11).
+pub fn finalize<'a>(t: impl Into<Table<'a>>) -> NetResult<()> {
+    // SAFETY: (both arms) the context is NULL or one init returned, not finalized before.
+    match t.into() {
+        // SAFETY: the context is NULL or one init returned; valid arguments.
+        Table::V11(t, ctx) => check(unsafe { entry(t.finalize)?(ctx) }),
+        // SAFETY: the context is NULL or one init returned; valid arguments.
+        Table::V12(t, ctx) => check(unsafe { entry(t.finalize)?(ctx) }),
+        _ => Ok(()),
+    }
+}
+
+/// `setNetAttr` on the table's context (v11+; `ncclInternalError` before: no such entry).
+pub fn set_net_attr<'a>(t: impl Into<Table<'a>>, attr: &mut ncclNetAttr_v11_t) -> NetResult<()> {
+    // SAFETY: (both arms) the context is one init returned; a valid attribute pointer.
+    match t.into() {
+        // SAFETY: the context is NULL or one init returned; valid arguments.
+        Table::V11(t, ctx) => check(unsafe { entry(t.setNetAttr)?(ctx, attr) }),
+        // SAFETY: the context is NULL or one init returned; valid arguments.
+        Table::V12(t, ctx) => check(unsafe { entry(t.setNetAttr)?(ctx, attr) }),
+        _ => Err(ncclResult_t::InternalError),
+    }
 }
 
 /// `devices`.
-pub fn devices(t: &ncclNet_v8_t) -> NetResult<c_int> {
-    let f = entry(t.devices)?;
+pub fn devices<'a>(t: impl Into<Table<'a>>) -> NetResult<c_int> {
+    let f = entry(t.into().devices_fn())?;
     let mut n: c_int = 0;
     // SAFETY: a valid out-pointer.
     check(unsafe { f(&mut n) })?;
     Ok(n)
 }
 
-/// `getProperties` into `p` (the caller chooses the initial values, e.g. markers for fields the
-/// plugin must fill).
-pub fn get_properties(
-    t: &ncclNet_v8_t,
+/// Properties in the layout of the table's version (v10 shares v9's).
+#[derive(Debug, Clone, Copy)]
+pub enum AnyProps {
+    V7(ncclNetProperties_v7_t),
+    V8(ncclNetProperties_v8_t),
+    V9(ncclNetProperties_v9_t),
+    V11(ncclNetProperties_v11_t),
+    V12(ncclNetProperties_v12_t),
+}
+
+/// `getProperties` into `p`, whose variant must match the table's layout (the caller chooses
+/// the initial values, e.g. markers for fields the plugin must fill).
+pub fn get_properties_any<'a>(
+    t: impl Into<Table<'a>>,
+    dev: c_int,
+    p: &mut AnyProps,
+) -> NetResult<()> {
+    // SAFETY: (every arm) a valid out-pointer of the version's properties type.
+    let r = unsafe {
+        match (t.into(), p) {
+            (Table::V7(t), AnyProps::V7(p)) => entry(t.getProperties)?(dev, p),
+            (Table::V8(t), AnyProps::V8(p)) => entry(t.getProperties)?(dev, p),
+            (Table::V9(t), AnyProps::V9(p)) => entry(t.getProperties)?(dev, p),
+            (Table::V10(t), AnyProps::V9(p)) => entry(t.getProperties)?(dev, p),
+            (Table::V11(t, _), AnyProps::V11(p)) => entry(t.getProperties)?(dev, p),
+            (Table::V12(t, _), AnyProps::V12(p)) => entry(t.getProperties)?(dev, p),
+            _ => return Err(ncclResult_t::InvalidArgument),
+        }
+    };
+    check(r)
+}
+
+/// `getProperties` into a v8 struct: the fields every version shares (a v7 table leaves
+/// `regIsGlobal` as it was).
+pub fn get_properties<'a>(
+    t: impl Into<Table<'a>>,
     dev: c_int,
     p: &mut ncclNetProperties_v8_t,
 ) -> NetResult<()> {
-    let f = entry(t.getProperties)?;
-    // SAFETY: a valid out-pointer to a v8 properties struct.
-    check(unsafe { f(dev, p) })
+    let t = t.into();
+    if let Table::V8(t) = t {
+        // SAFETY: a valid out-pointer to a v8 properties struct.
+        return check(unsafe { entry(t.getProperties)?(dev, p) });
+    }
+    macro_rules! copy_common {
+        ($q:expr) => {{
+            p.name = $q.name;
+            p.pciPath = $q.pciPath;
+            p.guid = $q.guid;
+            p.ptrSupport = $q.ptrSupport;
+            p.speed = $q.speed;
+            p.port = $q.port;
+            p.latency = $q.latency;
+            p.maxComms = $q.maxComms;
+            p.maxRecvs = $q.maxRecvs;
+            p.netDeviceType = $q.netDeviceType;
+            p.netDeviceVersion = $q.netDeviceVersion;
+        }};
+    }
+    // SAFETY: all-zero bytes are a valid value of these plain C structs (NULL pointers, zeros).
+    let mut any = unsafe {
+        match t.version() {
+            ferro_ffi::AbiVersion::V7 => AnyProps::V7(core::mem::zeroed()),
+            ferro_ffi::AbiVersion::V8 => AnyProps::V8(core::mem::zeroed()),
+            ferro_ffi::AbiVersion::V9 | ferro_ffi::AbiVersion::V10 => {
+                AnyProps::V9(core::mem::zeroed())
+            }
+            ferro_ffi::AbiVersion::V11 => AnyProps::V11(core::mem::zeroed()),
+            ferro_ffi::AbiVersion::V12 => AnyProps::V12(core::mem::zeroed()),
+        }
+    };
+    get_properties_any(t, dev, &mut any)?;
+    match any {
+        AnyProps::V7(q) => copy_common!(q),
+        AnyProps::V8(q) => *p = q,
+        AnyProps::V9(q) => {
+            copy_common!(q);
+            p.regIsGlobal = q.regIsGlobal;
+        }
+        AnyProps::V11(q) => {
+            copy_common!(q);
+            p.regIsGlobal = q.regIsGlobal;
+        }
+        AnyProps::V12(q) => {
+            copy_common!(q);
+            p.regIsGlobal = q.regIsGlobal;
+        }
+    }
+    Ok(())
 }
 
-/// `listen`: writes the handle, returns the listen comm.
-pub fn listen(t: &ncclNet_v8_t, dev: c_int, handle: &mut [u8; 128]) -> NetResult<*mut c_void> {
-    let f = entry(t.listen)?;
+/// `listen`: writes the handle, returns the listen comm (v11+: on the table's context).
+pub fn listen<'a>(
+    t: impl Into<Table<'a>>,
+    dev: c_int,
+    handle: &mut [u8; 128],
+) -> NetResult<*mut c_void> {
     let mut comm = core::ptr::null_mut();
-    // SAFETY: a 128-byte handle buffer (NCCL_NET_HANDLE_MAXSIZE) and a valid out-pointer.
-    check(unsafe { f(dev, handle.as_mut_ptr().cast(), &mut comm) })?;
+    let h = handle.as_mut_ptr().cast();
+    // SAFETY: (every arm) a 128-byte handle buffer (NCCL_NET_HANDLE_MAXSIZE) and a valid
+    // out-pointer; the context is the one init returned.
+    let r = unsafe {
+        match t.into() {
+            Table::V11(t, ctx) => entry(t.listen)?(ctx, dev, h, &mut comm),
+            Table::V12(t, ctx) => entry(t.listen)?(ctx, dev, h, &mut comm),
+            Table::V7(t) => entry(t.listen)?(dev, h, &mut comm),
+            Table::V8(t) => entry(t.listen)?(dev, h, &mut comm),
+            Table::V9(t) => entry(t.listen)?(dev, h, &mut comm),
+            Table::V10(t) => entry(t.listen)?(dev, h, &mut comm),
+        }
+    };
+    check(r)?;
     Ok(comm)
 }
 
 /// `connect`: the send comm (NULL: call again with the same handle) and the device handle it
 /// produced (a host plugin leaves it NULL).
-pub fn connect(
-    t: &ncclNet_v8_t,
+pub fn connect<'a>(
+    t: impl Into<Table<'a>>,
     dev: c_int,
     handle: &mut [u8; 128],
 ) -> NetResult<(*mut c_void, *mut ncclNetDeviceHandle_v8_t)> {
-    let f = entry(t.connect)?;
+    connect_tc(t, dev, NCCL_NET_TRAFFIC_CLASS_UNDEF, handle)
+}
+
+/// `connect` with the communicator's traffic class in the config (passed by v10, whose connect
+/// takes a config; v11+ carry it in the context, older versions have none).
+pub fn connect_tc<'a>(
+    t: impl Into<Table<'a>>,
+    dev: c_int,
+    traffic_class: c_int,
+    handle: &mut [u8; 128],
+) -> NetResult<(*mut c_void, *mut ncclNetDeviceHandle_v8_t)> {
     let mut comm = core::ptr::null_mut();
     let mut dev_comm = core::ptr::null_mut();
-    // SAFETY: the handle is 128 writable bytes (the plugin may keep progress in it, as NCCL
-    // allows); both out-pointers are valid.
-    check(unsafe { f(dev, handle.as_mut_ptr().cast(), &mut comm, &mut dev_comm) })?;
+    let h = handle.as_mut_ptr().cast();
+    // A stack object rebuilt for every call, as NCCL passes it.
+    let mut cfg = ncclNetCommConfig_v10_t {
+        trafficClass: traffic_class,
+    };
+    // SAFETY: (every arm) the handle is 128 writable bytes (the plugin may keep progress in it, as
+    // NCCL allows); out-pointers and the config are valid for the call.
+    let r = unsafe {
+        match t.into() {
+            Table::V7(t) => entry(t.connect)?(dev, h, &mut comm, &mut dev_comm),
+            Table::V8(t) => entry(t.connect)?(dev, h, &mut comm, &mut dev_comm),
+            Table::V9(t) => entry(t.connect)?(dev, h, &mut comm, &mut dev_comm),
+            Table::V10(t) => entry(t.connect)?(dev, &mut cfg, h, &mut comm, &mut dev_comm),
+            Table::V11(t, ctx) => entry(t.connect)?(ctx, dev, h, &mut comm, &mut dev_comm),
+            Table::V12(t, ctx) => entry(t.connect)?(ctx, dev, h, &mut comm, &mut dev_comm),
+        }
+    };
+    check(r)?;
     Ok((comm, dev_comm))
 }
 
@@ -179,13 +529,13 @@ pub fn connect(
 ///
 /// # Safety
 /// `listen` is a live listen comm of this table's plugin.
-pub unsafe fn accept(
-    t: &ncclNet_v8_t,
+pub unsafe fn accept<'a>(
+    t: impl Into<Table<'a>>,
     listen: *mut c_void,
 ) -> NetResult<(*mut c_void, *mut ncclNetDeviceHandle_v8_t)> {
-    let f = entry(t.accept)?;
     let mut comm = core::ptr::null_mut();
     let mut dev_comm = core::ptr::null_mut();
+    let f = any_table!(t.into(), t => entry(t.accept)?);
     // SAFETY: per this function's contract; valid out-pointers.
     check(unsafe { f(listen, &mut comm, &mut dev_comm) })?;
     Ok((comm, dev_comm))
@@ -203,12 +553,16 @@ pub enum CommKind {
 ///
 /// # Safety
 /// `comm` is a live comm of that kind, not used again.
-pub unsafe fn close(t: &ncclNet_v8_t, kind: CommKind, comm: *mut c_void) -> NetResult<()> {
-    let f = entry(match kind {
+pub unsafe fn close<'a>(
+    t: impl Into<Table<'a>>,
+    kind: CommKind,
+    comm: *mut c_void,
+) -> NetResult<()> {
+    let f = any_table!(t.into(), t => entry(match kind {
         CommKind::Send => t.closeSend,
         CommKind::Recv => t.closeRecv,
         CommKind::Listen => t.closeListen,
-    })?;
+    })?);
     // SAFETY: per this function's contract.
     check(unsafe { f(comm) })
 }

@@ -91,6 +91,8 @@ pub struct PortReport {
     pub link_layer: LinkLayer,
     /// Active MTU in bytes (from `ibv_query_port`).
     pub active_mtu: Option<u32>,
+    /// Largest message one work request may carry on this port (`max_msg_sz`).
+    pub max_msg_sz: u32,
     /// Link speed in Mbps (lane speed x width from `ibv_query_port`, else sysfs `rate`).
     pub speed_mbps: Option<u32>,
     /// `"4X EDR"`-style text.
@@ -172,6 +174,7 @@ fn port_report(
         state,
         link_layer,
         active_mtu: mtu_bytes(attr.active_mtu),
+        max_msg_sz: attr.max_msg_sz,
         speed_mbps,
         speed_text,
         lid: attr.lid,

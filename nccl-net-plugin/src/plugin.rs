@@ -6,10 +6,7 @@ use crate::error::{Error, Result};
 use crate::mrcache::RegCache;
 use crate::{info, warn};
 use ferro_dmabuf::GdrDecision;
-use ferro_ffi::{
-    NCCL_NET_DEVICE_HOST, NCCL_NET_DEVICE_INVALID_VERSION, NCCL_PTR_HOST, log_flags::*,
-    ncclNetProperties_v8_t,
-};
+use ferro_ffi::{NCCL_PTR_HOST, log_flags::*};
 use ferro_verbs::Context;
 use ferro_verbs::gid::GidChoice;
 use ferro_verbs::sysfs::LinkLayer;
@@ -37,6 +34,8 @@ pub struct NetDevice {
     pub gid: Option<GidChoice>,
     pub lid: u16,
     pub active_mtu: u32,
+    /// Largest message one work request may carry (the port's `max_msg_sz`).
+    pub max_msg_sz: u32,
     pub speed_mbps: u32,
     pub netdev: Option<String>,
     pub guid: u64,
@@ -58,26 +57,70 @@ impl NetDevice {
         &self.pd
     }
 
-    /// The v8 properties. Pointers refer to strings owned by this (never freed) device.
-    pub fn properties(&self) -> ncclNetProperties_v8_t {
-        ncclNetProperties_v8_t {
+    /// The device's properties, independent of any ABI version; each exported table fills its own
+    /// layout from them. Pointers refer to strings owned by this (never freed) device.
+    pub fn properties(&self) -> DeviceProps {
+        DeviceProps {
             name: self.name_c.as_ptr().cast_mut(),
-            pciPath: self
+            pci_path: self
                 .pci_c
                 .as_ref()
                 .map_or(core::ptr::null_mut(), |c| c.as_ptr().cast_mut()),
             guid: self.guid,
-            ptrSupport: self.gdr.ptr_support_bits | NCCL_PTR_HOST,
-            regIsGlobal: 1,
+            ptr_support: self.gdr.ptr_support_bits | NCCL_PTR_HOST,
+            reg_is_global: true,
+            // NCCL decides from the GPU whether GPUDirect receives need a flush; this plugin flushes
+            // whenever NCCL asks and has no device that needs one more often.
+            force_flush: false,
             speed: i32::try_from(self.speed_mbps).unwrap_or(i32::MAX),
             port: i32::from(self.port),
-            latency: 0.0,
-            maxComms: self.max_qp.max(1),
-            maxRecvs: MAX_RECVS as i32,
-            netDeviceType: NCCL_NET_DEVICE_HOST,
-            netDeviceVersion: NCCL_NET_DEVICE_INVALID_VERSION,
+            max_comms: self.max_qp.max(1),
+            max_recvs: MAX_RECVS as i32,
+            members: vec![self.index],
+            max_p2p_bytes: self.max_request_bytes(),
         }
     }
+
+    /// Most bytes one request buffer may carry ([`request_limit`] of the port's `max_msg_sz`).
+    pub fn max_request_bytes(&self) -> u64 {
+        request_limit(self.max_msg_sz)
+    }
+}
+
+/// NCCL's own cap on one network request (`NCCL_MAX_NET_SIZE`, 1 GiB): the core never asks for
+/// more in one `isend`/`irecv` buffer.
+pub const NCCL_MAX_NET_SIZE: u64 = 1 << 30;
+
+/// Most bytes one request buffer may carry on a port whose `max_msg_sz` is given: one RDMA write
+/// carries a whole buffer (its size travels as a 32-bit immediate or sizes entry), so the port's
+/// limit bounds it, but never below NCCL's own 1 GiB cap. A device that reports less than that
+/// (rxe reports 8 MiB, and carries up to 2 GiB in one write) is given writes up to 1 GiB, as
+/// NCCL's IB transport gives them too (it posts one write per QP whatever the size). `test`
+/// reports sizes as `int` in every ABI version, so nothing above `INT_MAX` is ever accepted.
+pub fn request_limit(max_msg_sz: u32) -> u64 {
+    u64::from(max_msg_sz)
+        .max(NCCL_MAX_NET_SIZE)
+        .min(i32::MAX as u64)
+}
+
+/// One device's properties as the core knows them; [`crate::shim`] writes them into each ABI
+/// version's layout (fields a version lacks are left out, fields it adds get their values here).
+#[derive(Debug, Clone)]
+pub struct DeviceProps {
+    pub name: *mut core::ffi::c_char,
+    pub pci_path: *mut core::ffi::c_char,
+    pub guid: u64,
+    pub ptr_support: i32,
+    pub reg_is_global: bool,
+    pub force_flush: bool,
+    pub speed: i32,
+    pub port: i32,
+    pub max_comms: i32,
+    pub max_recvs: i32,
+    /// The physical devices behind this one (itself, for a physical device).
+    pub members: Vec<usize>,
+    /// Most bytes one `isend`/`irecv` buffer may carry (`maxP2pBytes`, `maxCollBytes`).
+    pub max_p2p_bytes: u64,
 }
 
 /// The initialised plugin.
@@ -190,6 +233,7 @@ fn build() -> std::result::Result<Plugin, Error> {
                     .cloned(),
                 lid: p.lid,
                 active_mtu: p.active_mtu.unwrap_or(1024),
+                max_msg_sz: p.max_msg_sz,
                 speed_mbps: p.speed_mbps.unwrap_or(0),
                 netdev: p.sys.as_ref().and_then(|s| s.netdev.clone()),
                 guid: d.sys_image_guid,
@@ -299,4 +343,19 @@ pub fn device(dev: i32) -> Result<&'static NetDevice> {
                 p.devices.len()
             ))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_request_carries_the_port_limit_but_never_less_than_nccls_cap() {
+        // rxe reports 8 MiB; mlx5 1 GiB; a port may report up to 4 GiB - 1.
+        assert_eq!(request_limit(0x80_0000), 1 << 30);
+        assert_eq!(request_limit(1 << 30), 1 << 30);
+        // test's sizes are int: 2 GiB - 1 at most.
+        assert_eq!(request_limit(1 << 31), (1 << 31) - 1);
+        assert_eq!(request_limit(u32::MAX), (1 << 31) - 1);
+    }
 }

@@ -5,8 +5,9 @@ use crate::buffer::{Buffer, Rng};
 use crate::handle::Handle;
 use crate::logger;
 use crate::net::{Backoff, Net};
+use crate::raw;
 use core::ffi::{c_int, c_void};
-use ferro_ffi::{log_level, ncclNetDeviceHandle_v8_t, ncclResult_t};
+use ferro_ffi::{log_level, ncclResult_t};
 use std::time::Duration;
 
 fn known_error(what: &str, r: ncclResult_t, problems: &mut Vec<String>) {
@@ -60,6 +61,11 @@ pub fn connect_must_fail(
     }
 }
 
+/// A raw call's result code.
+fn code<T>(r: raw::NetResult<T>) -> ncclResult_t {
+    r.map_or_else(|c| c, |_| ncclResult_t::Success)
+}
+
 /// Runs every bad-input check; returns the problems found (empty = all good). `dev` is a device
 /// index to use where one is needed (0 on a host without devices).
 pub fn bad_input_problems(net: &Net, dev: c_int, ndev: c_int) -> Vec<String> {
@@ -72,12 +78,11 @@ pub fn bad_input_problems(net: &Net, dev: c_int, ndev: c_int) -> Vec<String> {
             Err(code) => known_error(&format!("getProperties({bad})"), code, &mut p),
         }
     }
-    if let Some(f) = t.getProperties {
-        // SAFETY: deliberately NULL props; the plugin must check it and fail.
-        let r = unsafe { f(dev, std::ptr::null_mut()) };
+    // SAFETY: deliberately NULL props; the plugin must check it and fail.
+    if let Some(r) = unsafe { t.get_properties_raw(dev, std::ptr::null_mut()) } {
         known_error("getProperties(dev, NULL)", r, &mut p);
     }
-    if let Some(f) = t.devices {
+    if let Some(f) = t.devices_fn() {
         // SAFETY: deliberately NULL ndev.
         let r = unsafe { f(std::ptr::null_mut()) };
         known_error("devices(NULL)", r, &mut p);
@@ -103,36 +108,26 @@ pub fn bad_input_problems(net: &Net, dev: c_int, ndev: c_int) -> Vec<String> {
         &mut p,
     );
 
-    let mut done: c_int = -1;
     let mut sizes = [0 as c_int; 8];
-    if let Some(f) = t.test {
-        // SAFETY: deliberately NULL request with valid out-pointers.
-        let r = unsafe { f(std::ptr::null_mut(), &mut done, sizes.as_mut_ptr()) };
-        known_error("test(NULL)", r, &mut p);
-    }
-    for (name, f) in [
-        ("closeSend", t.closeSend),
-        ("closeRecv", t.closeRecv),
-        ("closeListen", t.closeListen),
+    // SAFETY: deliberately NULL request with valid out-pointers.
+    let r = unsafe { raw::test(t, std::ptr::null_mut(), sizes.as_mut_ptr()) };
+    known_error("test(NULL)", code(r), &mut p);
+    for (name, kind) in [
+        ("closeSend", raw::CommKind::Send),
+        ("closeRecv", raw::CommKind::Recv),
+        ("closeListen", raw::CommKind::Listen),
     ] {
-        if let Some(f) = f {
-            // SAFETY: deliberately NULL comm.
-            let r = unsafe { f(std::ptr::null_mut()) };
-            known_error(&format!("{name}(NULL)"), r, &mut p);
-        }
+        // SAFETY: deliberately NULL comm.
+        let r = unsafe { raw::close(t, kind, std::ptr::null_mut()) };
+        known_error(&format!("{name}(NULL)"), code(r), &mut p);
     }
 
-    let mut out: *mut c_void = std::ptr::null_mut();
-    let mut dev_out: *mut ncclNetDeviceHandle_v8_t = std::ptr::null_mut();
-    if let Some(f) = t.accept {
-        // SAFETY: deliberately NULL listen comm; valid out-pointers.
-        let r = unsafe { f(std::ptr::null_mut(), &mut out, &mut dev_out) };
-        known_error("accept(NULL)", r, &mut p);
-    }
-    if let Some(f) = t.listen {
-        let mut h = Handle::zeroed();
-        // SAFETY: deliberately NULL listenComm out-pointer with a valid handle buffer.
-        let r = unsafe { f(dev, h.as_mut_ptr(), std::ptr::null_mut()) };
+    // SAFETY: deliberately NULL listen comm.
+    let r = unsafe { raw::accept(t, std::ptr::null_mut()) };
+    known_error("accept(NULL)", code(r), &mut p);
+    let mut h = Handle::zeroed();
+    // SAFETY: deliberately NULL listenComm out-pointer with a valid handle buffer.
+    if let Some(r) = unsafe { t.listen_raw(dev, h.as_mut_ptr(), std::ptr::null_mut()) } {
         known_error("listen(dev, handle, NULL)", r, &mut p);
     }
     let buf = match Buffer::new(4096) {
@@ -143,59 +138,41 @@ pub fn bad_input_problems(net: &Net, dev: c_int, ndev: c_int) -> Vec<String> {
         }
     };
     let data = buf.base();
-    if let Some(f) = t.regMr {
-        // SAFETY: deliberately NULL comm; data is a live page; valid out-pointer.
-        let r = unsafe {
-            f(
-                std::ptr::null_mut(),
-                data,
-                4096,
-                ferro_ffi::NCCL_PTR_HOST,
-                &mut out,
-            )
-        };
-        known_error("regMr(NULL comm)", r, &mut p);
-    }
-    if let Some(f) = t.deregMr {
-        // SAFETY: deliberately NULL comm and mhandle.
-        let r = unsafe { f(std::ptr::null_mut(), std::ptr::null_mut()) };
-        known_error("deregMr(NULL, NULL)", r, &mut p);
-    }
-    let mut req: *mut c_void = std::ptr::null_mut();
-    if let Some(f) = t.isend {
-        // SAFETY: deliberately NULL comm; data is a live page; valid out-pointer.
-        let r = unsafe {
-            f(
-                std::ptr::null_mut(),
-                data,
-                16,
-                0,
-                std::ptr::null_mut(),
-                &mut req,
-            )
-        };
-        known_error("isend(NULL comm)", r, &mut p);
-    }
+    // SAFETY: deliberately NULL comm; data is a live page.
+    let r = unsafe {
+        raw::reg_mr(
+            t,
+            std::ptr::null_mut(),
+            data,
+            4096,
+            ferro_ffi::NCCL_PTR_HOST,
+        )
+    };
+    known_error("regMr(NULL comm)", code(r), &mut p);
+    // SAFETY: deliberately NULL comm and mhandle.
+    let r = unsafe { raw::dereg_mr(t, std::ptr::null_mut(), std::ptr::null_mut()) };
+    known_error("deregMr(NULL, NULL)", code(r), &mut p);
+    // SAFETY: deliberately NULL comm; data is a live page.
+    let r = unsafe { raw::isend(t, std::ptr::null_mut(), data, 16, 0, std::ptr::null_mut()) };
+    known_error("isend(NULL comm)", code(r), &mut p);
     let mut datas = [data];
     let mut rsizes: [c_int; 1] = [16];
     let mut tags: [c_int; 1] = [0];
     let mut mhs: [*mut c_void; 1] = [std::ptr::null_mut()];
-    if let Some(f) = t.irecv {
-        // SAFETY: deliberately NULL comm; one-entry arrays; valid out-pointer.
-        let r = unsafe {
-            f(
-                std::ptr::null_mut(),
-                1,
-                datas.as_mut_ptr(),
-                rsizes.as_mut_ptr(),
-                tags.as_mut_ptr(),
-                mhs.as_mut_ptr(),
-                &mut req,
-            )
-        };
-        known_error("irecv(NULL comm)", r, &mut p);
-    }
-    if let Some(f) = t.iflush {
+    // SAFETY: deliberately NULL comm; one-entry arrays.
+    let r = unsafe {
+        raw::irecv(
+            t,
+            std::ptr::null_mut(),
+            &mut datas,
+            &mut rsizes,
+            &mut tags,
+            &mut mhs,
+        )
+    };
+    known_error("irecv(NULL comm)", code(r), &mut p);
+    let mut req: *mut c_void = std::ptr::null_mut();
+    if let Some(f) = t.iflush_fn() {
         // SAFETY: deliberately NULL comm; one-entry arrays; valid out-pointer.
         let r = unsafe {
             f(

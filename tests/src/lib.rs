@@ -1,7 +1,8 @@
 //! Integration-test harness for the Ferro NCCL network plugin.
 //!
 //! The plugin is loaded exactly the way NCCL loads it: `dlopen(path, RTLD_NOW|RTLD_LOCAL)`, then
-//! `dlsym("ncclNetPlugin_v8")`, and every call goes through that exported table ([`net::Net`]).
+//! `dlsym("ncclNetPlugin_v<N>")` (v8 unless `FERRO_NET_ABI` names another version), and every
+//! call goes through that exported table ([`net::Net`]).
 //! Nothing here links the plugin crate.
 //!
 //! The client side (loading, typed table calls, handles, buffers, NCCL's logger) is the
@@ -31,7 +32,7 @@ pub mod guest;
 pub mod rank;
 pub mod scenario;
 
-pub use ferro_client::{bail, buffer, ensure, error, handle, logger, net};
+pub use ferro_client::{bail, buffer, ensure, error, handle, logger, net, raw, table};
 
 pub use error::{HResult, HarnessError, NcclExt};
 pub use handle::{Handle, handle_socket_addr};

@@ -5,9 +5,10 @@
 //! Scenarios that need their own environment (the plugin reads it once per process) run the
 //! `nccl-harness` binary's `init-probe` in a child process.
 
-use ferro_ffi::{log_level, ncclResult_t};
+use ferro_ffi::{AbiVersion, log_level, ncclResult_t};
 use ferro_tests::driver::{GroupReport, GroupSpec, run_group};
 use ferro_tests::net::{Net, PLUGIN_ENV, plugin_path};
+use ferro_tests::table::NCCL_RELEASES;
 use ferro_tests::{checks, elf, logger};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -62,44 +63,66 @@ fn plugin_does_not_link_libibverbs() {
 }
 
 #[test]
-fn exports_the_v8_table_with_every_mandatory_entry() {
-    let n = net();
-    assert!(!n.dlsym(c"ncclNetPlugin_v8").is_null());
-    let t = n.table();
-    assert!(!t.name.is_null(), "table name is NULL");
-    assert_eq!(n.name().as_deref(), Some("Ferro"));
-    let mandatory = [
-        ("init", t.init.is_some()),
-        ("devices", t.devices.is_some()),
-        ("getProperties", t.getProperties.is_some()),
-        ("listen", t.listen.is_some()),
-        ("connect", t.connect.is_some()),
-        ("accept", t.accept.is_some()),
-        ("regMr", t.regMr.is_some()),
-        ("regMrDmaBuf", t.regMrDmaBuf.is_some()),
-        ("deregMr", t.deregMr.is_some()),
-        ("isend", t.isend.is_some()),
-        ("irecv", t.irecv.is_some()),
-        ("iflush", t.iflush.is_some()),
-        ("test", t.test.is_some()),
-        ("closeSend", t.closeSend.is_some()),
-        ("closeRecv", t.closeRecv.is_some()),
-        ("closeListen", t.closeListen.is_some()),
-    ];
-    let missing: Vec<&str> = mandatory
+fn exports_every_table_from_v7_to_v12_with_its_size_and_every_mandatory_entry() {
+    let path = plugin_path().unwrap_or_else(|e| panic!("{e}"));
+    let nm = std::process::Command::new("nm")
+        .args(["-D", "--defined-only", "-S"])
+        .arg(&path)
+        .output()
+        .expect("run nm (binutils) on the plugin");
+    let nm = String::from_utf8_lossy(&nm.stdout);
+    for v in AbiVersion::ALL {
+        let sym = v.symbol().to_str().unwrap();
+        let size = nm
+            .lines()
+            .find(|l| l.split_whitespace().last() == Some(sym))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|s| usize::from_str_radix(s, 16).ok())
+            .unwrap_or_else(|| panic!("nm -D does not list {sym} with a size:\n{nm}"));
+        assert_eq!(size, v.table_size(), "{sym} size");
+        let n = Net::load_version(&path, v).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n.version(), v);
+        assert_eq!(n.name().as_deref(), Some("Ferro"), "{sym} name");
+        let t = n.table();
+        let missing: Vec<&str> = t
+            .mandatory_entries()
+            .into_iter()
+            .filter(|(_, present)| !present)
+            .map(|(n, _)| n)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{sym}: NULL mandatory entries: {missing:?}"
+        );
+        assert!(
+            t.device_entries_null(),
+            "{sym}: getDeviceMr and irecvConsumed must be NULL for a host plugin"
+        );
+    }
+}
+
+#[test]
+fn each_nccl_release_finds_the_table_it_looks_for_first() {
+    let path = plugin_path().unwrap_or_else(|e| panic!("{e}"));
+    let lib = ferro_tests::net::open_library(&path).unwrap_or_else(|e| panic!("{e}"));
+    let picks: Vec<(&str, Option<u32>)> = NCCL_RELEASES
         .iter()
-        .filter(|(_, present)| !present)
-        .map(|(n, _)| *n)
+        .map(|r| (r.name, r.pick(|s| lib.has_symbol(s))))
         .collect();
-    assert!(missing.is_empty(), "NULL mandatory entries: {missing:?}");
-    assert!(
-        t.getDeviceMr.is_none(),
-        "getDeviceMr must be NULL for a host plugin"
+    assert_eq!(
+        picks,
+        [
+            ("2.19", Some(7)),
+            ("2.20-2.23", Some(8)),
+            ("2.24-2.25", Some(9)),
+            ("2.26-2.27", Some(10)),
+            ("2.28-2.29", Some(11)),
+            ("2.30", Some(12)),
+        ],
+        "the table each NCCL release would load"
     );
-    assert!(
-        t.irecvConsumed.is_none(),
-        "irecvConsumed must be NULL for a host plugin"
-    );
+    // Older tables than any release's first choice are not exported (v5, v6).
+    assert!(!lib.has_symbol("ncclNetPlugin_v6") && !lib.has_symbol("ncclNetPlugin_v5"));
 }
 
 #[test]

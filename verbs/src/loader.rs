@@ -104,6 +104,13 @@ pub type CreateQpFn =
 pub type ModifyQpFn =
     unsafe extern "C" fn(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
 pub type DestroyQpFn = unsafe extern "C" fn(qp: *mut ibv_qp) -> c_int;
+/// `ibv_query_qp(qp, attr, mask, init_attr)`.
+pub type QueryQpFn = unsafe extern "C" fn(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int;
 /// `_ibv_query_gid_ex(ctx, port, index, entry, flags, entry_size)`.
 pub type QueryGidExFn = unsafe extern "C" fn(
     ctx: *mut ibv_context,
@@ -155,6 +162,8 @@ pub struct Verbs {
     pub reg_mr_iova2: Option<RegMrIova2Fn>,
     /// `ibv_reg_dmabuf_mr@IBVERBS_1.12` (rdma-core 34+): DMA-BUF registration.
     pub reg_dmabuf_mr: Option<RegDmabufMrFn>,
+    /// `ibv_query_qp` (IBVERBS_1.1; optional: only tests read QP attributes back).
+    pub query_qp: Option<QueryQpFn>,
     /// `_ibv_query_gid_ex@IBVERBS_1.11` (rdma-core 32+): one GID entry with its type and netdev.
     pub query_gid_ex: Option<QueryGidExFn>,
     /// `_ibv_query_gid_table@IBVERBS_1.11` (rdma-core 32+): the whole GID table at once.
@@ -305,6 +314,7 @@ pub fn load(lib: &str) -> Result<Verbs, LoadError> {
         ack_async_event: required!(l, "ibv_ack_async_event", "IBVERBS_1.1", AckAsyncEventFn),
         reg_mr_iova2: optional!(l, "ibv_reg_mr_iova2", "IBVERBS_1.8", RegMrIova2Fn),
         reg_dmabuf_mr: optional!(l, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", RegDmabufMrFn),
+        query_qp: optional!(l, "ibv_query_qp", "IBVERBS_1.1", QueryQpFn),
         query_gid_ex: optional!(l, "_ibv_query_gid_ex", "IBVERBS_1.11", QueryGidExFn),
         query_gid_table: optional!(l, "_ibv_query_gid_table", "IBVERBS_1.11", QueryGidTableFn),
     })

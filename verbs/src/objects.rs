@@ -546,6 +546,23 @@ impl Qp {
         Ok(())
     }
 
+    /// `ibv_query_qp` of the attributes in `mask` (`EOPNOTSUPP` when libibverbs lacks it).
+    pub fn query(&self, mask: c_int) -> Result<ibv_qp_attr> {
+        let Some(f) = self.pd.ctx.v.query_qp else {
+            return Err(Error::new("ibv_query_qp", libc::EOPNOTSUPP));
+        };
+        let mut attr = ibv_qp_attr::default();
+        // SAFETY: all-zero bytes are a valid ibv_qp_init_attr (NULL pointers, zero counts).
+        let mut init: ibv_qp_init_attr = unsafe { core::mem::zeroed() };
+        // SAFETY: live QP; valid out-structs of the types libibverbs fills.
+        let rc = unsafe { f(self.as_ptr(), &mut attr, mask, &mut init) };
+        if rc != 0 {
+            return Err(Error::new("ibv_query_qp", rc)
+                .context(format!("{} qpn {}", self.pd.ctx.name, self.qpn)));
+        }
+        Ok(attr)
+    }
+
     /// Posts a chain of send work requests.
     ///
     /// # Safety

@@ -208,6 +208,29 @@ pub(super) fn retry_answer<C: CoreOps, T>(core: &C) -> Result<Option<T>> {
 }
 
 impl Comm {
+    /// The device this comm's QPs are on.
+    pub fn device(&self) -> &'static crate::plugin::NetDevice {
+        self.ep.dev
+    }
+
+    /// The traffic class each of the comm's QPs was given, as the kernel reports it back.
+    pub fn qp_traffic_classes(&self) -> Result<Vec<u8>> {
+        self.ep
+            .qps
+            .iter()
+            .map(|q| {
+                q.query(ferro_verbs::sys::IBV_QP_AV)
+                    .map(|a| a.ah_attr.grh.traffic_class)
+                    .map_err(|e| Error::System(e.to_string()))
+            })
+            .collect()
+    }
+
+    /// The number of the comm's first QP (named in profiler events).
+    pub fn first_qpn(&self) -> u32 {
+        self.ep.qps.first().map_or(0, |q| q.qpn())
+    }
+
     /// A new comm on the heap, handed over as a raw pointer from the start: the request
     /// handles hold back-pointers to it, so it is only ever written through that pointer, never
     /// through a `Box` or `&mut` that would invalidate them.

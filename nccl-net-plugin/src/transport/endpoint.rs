@@ -31,12 +31,14 @@ pub(super) struct Endpoint {
     pub(super) pd: Arc<Pd>,
     /// The device's asynchronous events (port down, QP/CQ errors), checked while comms wait.
     pub(super) events: Arc<DeviceEvents>,
+    /// RoCE traffic class of this connection's QPs: `NCCL_IB_TC`, or the communicator's own.
+    pub(super) traffic_class: u8,
 }
 
 impl Endpoint {
     /// `nqps` RC QPs in INIT on one CQ of the device's protection domain, their queues sized for
     /// the worst case the advertised limits allow ([`plan::queue_depths`]).
-    pub(super) fn new(dev: &'static NetDevice, nqps: usize) -> Result<Endpoint> {
+    pub(super) fn new(dev: &'static NetDevice, nqps: usize, traffic_class: u8) -> Result<Endpoint> {
         let pd = dev.pd().clone();
         let depths = plan::queue_depths(nqps);
         let cq = Cq::new(&dev.ctx, depths.cqe)?;
@@ -70,6 +72,7 @@ impl Endpoint {
             cq,
             pd,
             events,
+            traffic_class,
         })
     }
 
@@ -128,7 +131,7 @@ impl Endpoint {
                 sgid_index: u8::try_from(g.index)
                     .map_err(|_| Error::Usage(format!("GID index {} exceeds 255", g.index)))?,
                 hop_limit: 255,
-                traffic_class: cfg.traffic_class,
+                traffic_class: self.traffic_class,
             };
         }
         let mut a = ibv_qp_attr {

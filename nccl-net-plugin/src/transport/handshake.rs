@@ -305,7 +305,7 @@ impl Handshake {
             let _ = (&self.sock).write_all(&wire::encode(&Msg::Reject(why.clone())));
             return Err(Error::Usage(why));
         }
-        let ep = Endpoint::new(self.dev, usize::from(meta.nqps))?;
+        let ep = Endpoint::new(self.dev, usize::from(meta.nqps), cfg.traffic_class)?;
         let cts_stage = RegBuf::new(&ep.pd, FIFO_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
         let sizes = RegBuf::new(
             &ep.pd,
@@ -471,7 +471,11 @@ fn connects() -> MutexGuard<'static, HashMap<u64, Handshake>> {
 }
 
 /// Starts a connection to the listener named by the handle: socket, QPs, FIFO.
-fn start_connect(dev_index: i32, h: &[u8; HANDLE_SIZE]) -> Result<Handshake> {
+fn start_connect(
+    dev_index: i32,
+    h: &[u8; HANDLE_SIZE],
+    traffic_class: Option<u8>,
+) -> Result<Handshake> {
     let dev = plugin::device(dev_index)?;
     let addr = handle::decode(h).map_err(|e| Error::Argument(e.to_string()))?;
     let cfg = &plugin::get()?.config;
@@ -491,7 +495,8 @@ fn start_connect(dev_index: i32, h: &[u8; HANDLE_SIZE]) -> Result<Handshake> {
         }
         Err(e) => return Err(Error::System(format!("cannot connect to {addr}: {e}"))),
     }
-    let ep = Endpoint::new(dev, usize::from(cfg.qps_per_connection))?;
+    let tc = traffic_class.unwrap_or(cfg.traffic_class);
+    let ep = Endpoint::new(dev, usize::from(cfg.qps_per_connection), tc)?;
     let fifo = RegBuf::new(
         &ep.pd,
         FIFO_BYTES,
@@ -535,12 +540,18 @@ fn reap_abandoned_connects() {
     });
 }
 
-/// `connect`: starts or continues; `Ok(None)` means "call again".
-pub fn connect(dev_index: i32, h: &mut [u8; HANDLE_SIZE]) -> Result<Option<CommPtr>> {
+/// `connect`: starts or continues; `Ok(None)` means "call again". `traffic_class` (the
+/// communicator's, v10+) replaces `NCCL_IB_TC` for this connection's QPs; it is read when the
+/// connection starts (NCCL passes the same config on every retry).
+pub fn connect(
+    dev_index: i32,
+    h: &mut [u8; HANDLE_SIZE],
+    traffic_class: Option<u8>,
+) -> Result<Option<CommPtr>> {
     reap_abandoned_connects();
     let token = handle::token(h);
     let mut p = if token == 0 {
-        start_connect(dev_index, h)?
+        start_connect(dev_index, h, traffic_class)?
     } else {
         connects().remove(&token).ok_or_else(|| {
             Error::Argument(format!("connect handle carries unknown progress token {token:#x}: the handle is corrupt or was reused"))

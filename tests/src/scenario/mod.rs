@@ -6,6 +6,7 @@
 //! as the sender (it connects to rank 0's handle). Every rank listens and publishes its handle;
 //! rank r is given the handle of rank (r+1) % n.
 
+mod abi;
 mod close;
 mod common;
 mod connect;
@@ -49,10 +50,13 @@ pub enum Scenario {
     HostilePeers,
     /// g: ring all-reduce (reduce-scatter + all-gather) over the plugin API.
     RingAllreduce,
+    /// What the table version (`FERRO_NET_ABI`) adds: properties, size limits, the receive hint,
+    /// profiler events, traffic class, v11 contexts.
+    AbiFeatures,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::InitProbe,
         Scenario::ConnectOrders,
         Scenario::SizeSweep,
@@ -63,6 +67,7 @@ impl Scenario {
         Scenario::PeerKill,
         Scenario::HostilePeers,
         Scenario::RingAllreduce,
+        Scenario::AbiFeatures,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +82,7 @@ impl Scenario {
             Scenario::PeerKill => "peer-kill",
             Scenario::HostilePeers => "hostile-peers",
             Scenario::RingAllreduce => "ring-allreduce",
+            Scenario::AbiFeatures => "abi-features",
         }
     }
 
@@ -106,6 +112,7 @@ impl Scenario {
             Scenario::PeerKill => kill::run(ctx),
             Scenario::HostilePeers => hostile::run(ctx),
             Scenario::RingAllreduce => ring::run(ctx),
+            Scenario::AbiFeatures => abi::run(ctx),
         }
     }
 }

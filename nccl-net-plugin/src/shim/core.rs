@@ -1,0 +1,378 @@
+//! The version-independent core of every exported table: one function per table entry, taking
+//! the arguments in their widest form (sizes as `u64`, optional profiler handles, an optional
+//! per-connection traffic class). The per-version entry points in [`super::tables`] only convert
+//! their arguments to these and run them inside [`super::boundary`].
+//!
+//! Everything a version adds that the core does not use is accepted and checked here, so no
+//! behaviour differs between versions except where a version defines it.
+
+use super::out;
+use crate::error::{Error, Result};
+use crate::plugin::{self, DeviceProps};
+use crate::transport;
+use core::ffi::{c_int, c_void};
+use ferro_ffi::{
+    NCCL_NET_OPTIONAL_RECV_COMPLETION, ncclDebugLogger_t, ncclNetDeviceHandle_v7_t,
+    ncclProfilerCallback_t,
+};
+use ferro_proto::handle::HANDLE_SIZE;
+
+fn drop_hook(msg: &str) {
+    crate::warn!(ferro_ffi::log_flags::NET, "{msg}");
+}
+
+/// A size argument as a version passes it: `int` (v7, v8) or `size_t` (v9+).
+pub(super) trait SizeArg: Copy + core::fmt::Display {
+    /// The size in bytes, or `None` for a negative `int`.
+    fn bytes(self) -> Option<u64>;
+}
+
+impl SizeArg for c_int {
+    fn bytes(self) -> Option<u64> {
+        u64::try_from(self).ok()
+    }
+}
+
+impl SizeArg for usize {
+    fn bytes(self) -> Option<u64> {
+        u64::try_from(self).ok()
+    }
+}
+
+/// Checks one request buffer's size against what one request carries on `dev` (its
+/// `maxP2pBytes`): a size that does not fit is an error naming it, never a truncation.
+fn request_bytes<S: SizeArg>(dev: &plugin::NetDevice, what: &str, size: S) -> Result<u32> {
+    let bytes = size
+        .bytes()
+        .ok_or_else(|| Error::Usage(format!("{what} has negative size {size}")))?;
+    let max = dev.max_request_bytes();
+    if bytes > max {
+        return Err(Error::Usage(format!(
+            "{what} of {bytes} bytes exceeds what one request carries on {} ({max} bytes, the maxP2pBytes reported for the device)",
+            dev.ibdev
+        )));
+    }
+    u32::try_from(bytes).map_err(|_| {
+        Error::Usage(format!(
+            "{what} of {bytes} bytes exceeds the 32-bit size a request carries"
+        ))
+    })
+}
+
+/// `init`: the process-wide device state, built once (later calls return the same outcome).
+pub(super) fn init(logger: ncclDebugLogger_t, profiler: ncclProfilerCallback_t) -> Result<()> {
+    crate::log::set_logger(logger);
+    ferro_verbs::objects::set_drop_error_hook(drop_hook);
+    crate::profiler::set_callback(profiler);
+    plugin::init().map(|_| ())
+}
+
+pub(super) fn devices(ndev: *mut c_int) -> Result<()> {
+    let n = c_int::try_from(plugin::device_count()).unwrap_or(c_int::MAX);
+    out("ndev", ndev, n)
+}
+
+/// The properties every version's layout is filled from.
+pub(super) fn properties(dev: c_int) -> Result<DeviceProps> {
+    Ok(plugin::device(dev)?.properties())
+}
+
+fn handle_mut<'a>(handle: *mut c_void) -> Result<&'a mut [u8; HANDLE_SIZE]> {
+    if handle.is_null() {
+        return Err(Error::Usage("handle is NULL".into()));
+    }
+    // SAFETY: NCCL passes a buffer of NCCL_NET_HANDLE_MAXSIZE (128) bytes, exclusively ours for
+    // the duration of the call; [u8; 128] has alignment 1.
+    Ok(unsafe { &mut *handle.cast::<[u8; HANDLE_SIZE]>() })
+}
+
+pub(super) fn listen(dev: c_int, handle: *mut c_void, listen_comm: *mut *mut c_void) -> Result<()> {
+    let h = handle_mut(handle)?;
+    if listen_comm.is_null() {
+        return Err(Error::Usage("listenComm is NULL".into()));
+    }
+    let l = transport::listen(dev, h)?;
+    out("listenComm", listen_comm, Box::into_raw(l).cast())
+}
+
+/// The communicator's traffic class as v10+ pass it (-1: not set, so `NCCL_IB_TC` applies).
+pub(super) fn traffic_class(tc: c_int) -> Result<Option<u8>> {
+    match tc {
+        ferro_ffi::NCCL_NET_TRAFFIC_CLASS_UNDEF => Ok(None),
+        0..=255 => Ok(Some(tc as u8)),
+        _ => Err(Error::Argument(format!(
+            "communicator traffic class {tc} is outside 0..=255 (-1: not set)"
+        ))),
+    }
+}
+
+pub(super) fn connect(
+    dev: c_int,
+    traffic_class: Option<u8>,
+    handle: *mut c_void,
+    send_comm: *mut *mut c_void,
+    send_dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
+) -> Result<()> {
+    if send_comm.is_null() {
+        return Err(Error::Usage("sendComm is NULL".into()));
+    }
+    if !send_dev_comm.is_null() {
+        out("sendDevComm", send_dev_comm, core::ptr::null_mut())?;
+    }
+    let c = transport::connect(dev, handle_mut(handle)?, traffic_class)?;
+    out(
+        "sendComm",
+        send_comm,
+        c.map_or(core::ptr::null_mut(), transport::CommPtr::into_raw),
+    )
+}
+
+pub(super) fn accept(
+    listen_comm: *mut c_void,
+    recv_comm: *mut *mut c_void,
+    recv_dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
+) -> Result<()> {
+    if recv_comm.is_null() {
+        return Err(Error::Usage("recvComm is NULL".into()));
+    }
+    if !recv_dev_comm.is_null() {
+        out("recvDevComm", recv_dev_comm, core::ptr::null_mut())?;
+    }
+    // SAFETY: NCCL passes the listen comm we returned from listen (checked by its magic).
+    let l = unsafe { transport::listen_ref(listen_comm) }?;
+    let c = l.accept()?;
+    out(
+        "recvComm",
+        recv_comm,
+        c.map_or(core::ptr::null_mut(), transport::CommPtr::into_raw),
+    )
+}
+
+pub(super) fn reg_mr<S: SizeArg>(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: S,
+    type_: c_int,
+    mhandle: *mut *mut c_void,
+) -> Result<()> {
+    // SAFETY: NCCL passes a send or receive comm of ours (checked by its magic).
+    let c = unsafe { transport::comm_ref(comm) }?;
+    let size = size
+        .bytes()
+        .and_then(|s| usize::try_from(s).ok())
+        .ok_or_else(|| Error::Usage(format!("regMr of negative size {size}")))?;
+    let m = transport::reg_mr(c, data as u64, size, type_)?;
+    out("mhandle", mhandle, Box::into_raw(m).cast())
+}
+
+pub(super) fn reg_mr_dma_buf(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    type_: c_int,
+    offset: u64,
+    fd: c_int,
+    mhandle: *mut *mut c_void,
+) -> Result<()> {
+    // SAFETY: NCCL passes a send or receive comm of ours (checked by its magic).
+    let c = unsafe { transport::comm_ref(comm) }?;
+    let m = transport::reg_mr_dmabuf(c, data as u64, size, type_, offset, fd)?;
+    out("mhandle", mhandle, Box::into_raw(m).cast())
+}
+
+pub(super) fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> Result<()> {
+    // SAFETY: NCCL passes a comm of ours (checked by its magic).
+    let _c = unsafe { transport::comm_ref(comm) }?;
+    // SAFETY: NCCL passes an mhandle from regMr (checked by its magic) and never uses it again.
+    unsafe { transport::dereg_mr(mhandle) }
+}
+
+/// `isend`. `phandle` is the profiler handle of v10+ (NULL before v10 and for NCCL's bootstrap).
+pub(super) fn isend<S: SizeArg>(
+    send_comm: *mut c_void,
+    data: *mut c_void,
+    size: S,
+    tag: c_int,
+    mhandle: *mut c_void,
+    phandle: *mut c_void,
+    request: *mut *mut c_void,
+) -> Result<()> {
+    // SAFETY: NCCL passes a comm of ours (checked by its magic).
+    let c = unsafe { transport::comm_ref(send_comm) }?;
+    // SAFETY: NCCL passes NULL or an mhandle of ours (checked by its magic).
+    let m = unsafe { transport::mr_ref(mhandle) }?;
+    let size = request_bytes(c.device(), "isend", size)?;
+    let r = c.isend(data as u64, size, tag, m)?;
+    crate::profiler::on_post(c, r, &[phandle], &[size], true);
+    out(
+        "request",
+        request,
+        r.map_or(core::ptr::null_mut(), |r| r.cast()),
+    )
+}
+
+/// `irecv`. `phandles` is NULL or one profiler handle per buffer (v10+). `*request` may hold
+/// NCCL's optional-completion hint (0x1) on input; it is ignored and always overwritten.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn irecv<S: SizeArg>(
+    recv_comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut S,
+    tags: *mut c_int,
+    mhandles: *mut *mut c_void,
+    phandles: *mut *mut c_void,
+    request: *mut *mut c_void,
+) -> Result<()> {
+    const _: () = assert!(NCCL_NET_OPTIONAL_RECV_COMPLETION != 0);
+    if request.is_null() {
+        return Err(Error::Usage("request is NULL".into()));
+    }
+    // SAFETY: NCCL passes a comm of ours (checked by its magic).
+    let c = unsafe { transport::comm_ref(recv_comm) }?;
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|n| (1..=plugin::MAX_RECVS).contains(n))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "irecv with n={n} (must be 1..={})",
+                plugin::MAX_RECVS
+            ))
+        })?;
+    if data.is_null() || sizes.is_null() || tags.is_null() || mhandles.is_null() {
+        return Err(Error::Usage("irecv with a NULL array".into()));
+    }
+    let mut bufs = [transport::RecvBuf {
+        addr: 0,
+        size: 0,
+        tag: 0,
+        rkey: 0,
+    }; plugin::MAX_RECVS];
+    let mut ph = [core::ptr::null_mut(); plugin::MAX_RECVS];
+    for (i, buf) in bufs.iter_mut().enumerate().take(n) {
+        // SAFETY: NCCL passes arrays of n elements each (checked non-NULL above).
+        let (d, s, t, m) = unsafe { (*data.add(i), *sizes.add(i), *tags.add(i), *mhandles.add(i)) };
+        if !phandles.is_null() {
+            // SAFETY: a non-NULL phandles array has n elements, like the others.
+            ph[i] = unsafe { *phandles.add(i) };
+        }
+        let s = request_bytes(c.device(), "irecv buffer", s)?;
+        // SAFETY: NULL or an mhandle of ours (checked by its magic).
+        let m = unsafe { transport::mr_ref(m) }?;
+        let rkey = match (s, m) {
+            (_, Some(m)) => m.rkey(),
+            (0, None) => 0,
+            (_, None) => {
+                return Err(Error::Usage(format!(
+                    "irecv buffer {i} of {s} bytes without a memory handle"
+                )));
+            }
+        };
+        *buf = transport::RecvBuf {
+            addr: d as u64,
+            size: s,
+            tag: t,
+            rkey,
+        };
+    }
+    let r = c.irecv(&bufs[..n])?;
+    let lengths: [u32; plugin::MAX_RECVS] = core::array::from_fn(|i| bufs[i].size);
+    crate::profiler::on_post(c, r, &ph[..n], &lengths[..n], false);
+    out(
+        "request",
+        request,
+        r.map_or(core::ptr::null_mut(), |r| r.cast()),
+    )
+}
+
+pub(super) fn iflush(
+    recv_comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut c_int,
+    mhandles: *mut *mut c_void,
+    request: *mut *mut c_void,
+) -> Result<()> {
+    // SAFETY: NCCL passes a comm of ours (checked by its magic).
+    let c = unsafe { transport::comm_ref(recv_comm) }?;
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|n| *n <= plugin::MAX_RECVS)
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "iflush with n={n} (must be 0..={})",
+                plugin::MAX_RECVS
+            ))
+        })?;
+    if n > 0 && (data.is_null() || sizes.is_null() || mhandles.is_null()) {
+        return Err(Error::Usage("iflush with a NULL array".into()));
+    }
+    let mut bufs = [(0u64, 0u32, None); plugin::MAX_RECVS];
+    for (i, buf) in bufs.iter_mut().enumerate().take(n) {
+        // SAFETY: NCCL passes arrays of n elements each (checked non-NULL above).
+        let (d, s, m) = unsafe { (*data.add(i), *sizes.add(i), *mhandles.add(i)) };
+        // SAFETY: NULL or an mhandle of ours (checked by its magic).
+        let m = unsafe { transport::mr_ref(m) }?;
+        *buf = (d as u64, u32::try_from(s).unwrap_or(0), m);
+    }
+    let r = c.iflush(&bufs[..n])?;
+    out(
+        "request",
+        request,
+        r.map_or(core::ptr::null_mut(), |r| r.cast()),
+    )
+}
+
+pub(super) fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> Result<()> {
+    if done.is_null() {
+        return Err(Error::Usage("test with done NULL".into()));
+    }
+    // SAFETY: NCCL passes a request of ours (checked by its magic) whose comm is open.
+    let r = unsafe { transport::test_request(request) }?;
+    match r {
+        None => out("done", done, 0),
+        Some(d) => {
+            crate::profiler::on_done(request);
+            if !sizes.is_null() {
+                for (i, v) in d.sizes.iter().take(d.n).enumerate() {
+                    // SAFETY: sizes has room for n entries (the request's buffer count).
+                    unsafe { sizes.add(i).write(*v as c_int) };
+                }
+            }
+            out("done", done, 1)
+        }
+    }
+}
+
+/// `closeSend` / `closeRecv` / `closeListen`.
+///
+/// # Safety
+/// `comm` is NULL or a comm of this kind that NCCL never uses again.
+pub(super) unsafe fn close(comm: *mut c_void, kind: transport::ObjectKind) -> Result<()> {
+    if kind != transport::ObjectKind::ListenComm {
+        crate::profiler::on_close(comm);
+    }
+    // SAFETY: forwarded contract (checked by its magic).
+    unsafe { transport::close(comm, kind) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traffic_class_minus_one_means_unset_and_out_of_range_is_refused() {
+        assert_eq!(traffic_class(-1).ok(), Some(None));
+        assert_eq!(traffic_class(0).ok(), Some(Some(0)));
+        assert_eq!(traffic_class(255).ok(), Some(Some(255)));
+        assert!(traffic_class(256).is_err());
+        assert!(traffic_class(-2).is_err());
+    }
+
+    #[test]
+    fn sizes_of_either_width_convert_and_negative_ints_do_not() {
+        assert_eq!(SizeArg::bytes(-1 as c_int), None);
+        assert_eq!(SizeArg::bytes(7 as c_int), Some(7));
+        assert_eq!(SizeArg::bytes(usize::MAX), Some(u64::MAX));
+    }
+}

@@ -1,0 +1,179 @@
+//! Each version's properties layout, filled from the core's [`DeviceProps`]: only the fields a
+//! version has, with the values the core decided.
+
+use crate::plugin::DeviceProps;
+use core::ffi::c_int;
+use ferro_ffi::*;
+
+fn vprops<const N: usize>(p: &DeviceProps) -> (c_int, [c_int; N]) {
+    let mut devs = [0; N];
+    for (d, m) in devs.iter_mut().zip(&p.members) {
+        *d = *m as c_int;
+    }
+    (p.members.len().min(N) as c_int, devs)
+}
+
+fn max_bytes(p: &DeviceProps) -> usize {
+    usize::try_from(p.max_p2p_bytes)
+        .unwrap_or(usize::MAX)
+        .min(NCCL_MAX_NET_SIZE_BYTES)
+}
+
+pub(super) fn v7(p: &DeviceProps) -> ncclNetProperties_v7_t {
+    ncclNetProperties_v7_t {
+        name: p.name,
+        pciPath: p.pci_path,
+        guid: p.guid,
+        ptrSupport: p.ptr_support,
+        speed: p.speed,
+        port: p.port,
+        latency: 0.0,
+        maxComms: p.max_comms,
+        maxRecvs: p.max_recvs,
+        netDeviceType: NCCL_NET_DEVICE_HOST,
+        netDeviceVersion: NCCL_NET_DEVICE_INVALID_VERSION,
+    }
+}
+
+pub(super) fn v8(p: &DeviceProps) -> ncclNetProperties_v8_t {
+    ncclNetProperties_v8_t {
+        name: p.name,
+        pciPath: p.pci_path,
+        guid: p.guid,
+        ptrSupport: p.ptr_support,
+        regIsGlobal: c_int::from(p.reg_is_global),
+        speed: p.speed,
+        port: p.port,
+        latency: 0.0,
+        maxComms: p.max_comms,
+        maxRecvs: p.max_recvs,
+        netDeviceType: NCCL_NET_DEVICE_HOST,
+        netDeviceVersion: NCCL_NET_DEVICE_INVALID_VERSION,
+    }
+}
+
+/// v9 and v10 (one layout).
+pub(super) fn v9(p: &DeviceProps) -> ncclNetProperties_v9_t {
+    let (ndevs, devs) = vprops(p);
+    ncclNetProperties_v9_t {
+        name: p.name,
+        pciPath: p.pci_path,
+        guid: p.guid,
+        ptrSupport: p.ptr_support,
+        regIsGlobal: c_int::from(p.reg_is_global),
+        forceFlush: c_int::from(p.force_flush),
+        speed: p.speed,
+        port: p.port,
+        latency: 0.0,
+        maxComms: p.max_comms,
+        maxRecvs: p.max_recvs,
+        netDeviceType: NCCL_NET_DEVICE_HOST,
+        netDeviceVersion: NCCL_NET_DEVICE_INVALID_VERSION,
+        vProps: ncclNetVDeviceProps_v9_t { ndevs, devs },
+        maxP2pBytes: max_bytes(p),
+        maxCollBytes: max_bytes(p),
+    }
+}
+
+/// Requests one multi-request may combine: this plugin does not combine requests.
+const MAX_MULTI_REQUEST_SIZE: c_int = 1;
+
+pub(super) fn v11(p: &DeviceProps) -> ncclNetProperties_v11_t {
+    let b = v9(p);
+    ncclNetProperties_v11_t {
+        name: b.name,
+        pciPath: b.pciPath,
+        guid: b.guid,
+        ptrSupport: b.ptrSupport,
+        regIsGlobal: b.regIsGlobal,
+        forceFlush: b.forceFlush,
+        speed: b.speed,
+        port: b.port,
+        latency: b.latency,
+        maxComms: b.maxComms,
+        maxRecvs: b.maxRecvs,
+        netDeviceType: b.netDeviceType,
+        netDeviceVersion: b.netDeviceVersion,
+        vProps: b.vProps,
+        maxP2pBytes: b.maxP2pBytes,
+        maxCollBytes: b.maxCollBytes,
+        maxMultiRequestSize: MAX_MULTI_REQUEST_SIZE,
+    }
+}
+
+pub(super) fn v12(p: &DeviceProps) -> ncclNetProperties_v12_t {
+    let b = v9(p);
+    let (ndevs, devs) = vprops(p);
+    ncclNetProperties_v12_t {
+        name: b.name,
+        pciPath: b.pciPath,
+        guid: b.guid,
+        ptrSupport: b.ptrSupport,
+        regIsGlobal: b.regIsGlobal,
+        forceFlush: b.forceFlush,
+        speed: b.speed,
+        port: b.port,
+        latency: b.latency,
+        maxComms: b.maxComms,
+        maxRecvs: b.maxRecvs,
+        netDeviceType: b.netDeviceType,
+        netDeviceVersion: b.netDeviceVersion,
+        vProps: ncclNetVDeviceProps_v12_t { ndevs, devs },
+        maxP2pBytes: b.maxP2pBytes,
+        maxCollBytes: b.maxCollBytes,
+        maxMultiRequestSize: MAX_MULTI_REQUEST_SIZE,
+        // No rail or plane topology is known for these devices.
+        railId: NCCL_NET_ID_UNDEF,
+        planeId: NCCL_NET_ID_UNDEF,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> DeviceProps {
+        DeviceProps {
+            name: c"rxe0".as_ptr().cast_mut(),
+            pci_path: core::ptr::null_mut(),
+            guid: 0x1122,
+            ptr_support: NCCL_PTR_HOST,
+            reg_is_global: true,
+            force_flush: false,
+            speed: 10_000,
+            port: 1,
+            max_comms: 100,
+            max_recvs: 8,
+            members: vec![3],
+            max_p2p_bytes: 1 << 31,
+        }
+    }
+
+    #[test]
+    fn every_layout_carries_the_same_core_values() {
+        let p = sample();
+        let (a, b, c, d, e) = (v7(&p), v8(&p), v9(&p), v11(&p), v12(&p));
+        assert_eq!([a.speed, b.speed, c.speed, d.speed, e.speed], [10_000; 5]);
+        assert_eq!([a.port, b.port, c.port, d.port, e.port], [1; 5]);
+        assert_eq!(
+            [a.maxRecvs, b.maxRecvs, c.maxRecvs, d.maxRecvs, e.maxRecvs],
+            [8; 5]
+        );
+        assert_eq!(b.regIsGlobal, 1);
+        assert_eq!((c.forceFlush, d.forceFlush, e.forceFlush), (0, 0, 0));
+        assert_eq!((c.vProps.ndevs, c.vProps.devs), (1, [3, 0, 0, 0]));
+        assert_eq!((e.vProps.ndevs, e.vProps.devs[0]), (1, 3));
+        assert_eq!([c.maxP2pBytes, d.maxP2pBytes, e.maxP2pBytes], [1 << 31; 3]);
+        assert_eq!(d.maxMultiRequestSize, 1);
+        assert_eq!((e.railId, e.planeId), (-1, -1));
+    }
+
+    #[test]
+    fn max_bytes_stay_within_what_nccl_accepts() {
+        let mut p = sample();
+        p.max_p2p_bytes = u64::MAX;
+        assert_eq!(v9(&p).maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
+        p.max_p2p_bytes = 1;
+        assert_eq!(v9(&p).maxCollBytes, 1);
+    }
+}
