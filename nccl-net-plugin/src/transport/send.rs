@@ -3,7 +3,7 @@
 
 use super::comm::{Comm, SendScratch, SenderMem, Side, retry_answer, sender_completion};
 use super::handles::ReqHandle;
-use super::registration::MrHandle;
+use super::registration::{MemKind, MrHandle};
 use crate::error::{Error, Result};
 use crate::info;
 use ferro_ffi::log_flags::NET;
@@ -14,6 +14,17 @@ use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE};
 use ferro_proto::plan::{self, SizesSlot};
 use ferro_verbs::sys::*;
 use std::sync::atomic::{Ordering, fence};
+
+/// `IBV_SEND_INLINE` for a write of at most one clear-to-send entry's size (64 bytes) when
+/// `NCCL_IB_USE_INLINE=1`: the QPs are created with that much inline room, and a tiny payload
+/// copied into the work request spares the NIC a read of host memory (the caller allows it only
+/// for host memory: the CPU copies it). Zero-length writes carry nothing to copy.
+fn inline_flag(len: u32) -> u32 {
+    let on = len > 0
+        && len as usize <= ENTRY_SIZE
+        && crate::plugin::get().is_ok_and(|p| p.config.use_inline);
+    if on { IBV_SEND_INLINE } else { 0 }
+}
 
 impl Comm {
     /// `isend`: `Ok(None)` (a NULL request) until the receiver's buffer for this send is known.
@@ -66,7 +77,12 @@ impl Comm {
             }
             SendStep::Matched { req } => Ok(Some(self.req_ptr(req))),
             SendStep::Post { req, group } => {
-                if let Err(e) = self.post_group(mem, &group, &mut core.health.counters.send_posts) {
+                // Inline copies by the CPU at post time: only a lone send from host memory.
+                let inline_ok =
+                    group.items().len() == 1 && mh.is_none_or(|m| m.kind() == MemKind::Host);
+                if let Err(e) =
+                    self.post_group(mem, &group, inline_ok, &mut core.health.counters.send_posts)
+                {
                     core.health.fail(Failure::system(e.to_string()));
                     return Err(e);
                 }
@@ -77,7 +93,13 @@ impl Comm {
 
     /// Writes a complete group: its sizes into the staging slot, then every write of the plan,
     /// one chain per QP, in reused buffers.
-    fn post_group(&self, mem: &SenderMem, group: &ReadyGroup, posts: &mut u64) -> Result<()> {
+    fn post_group(
+        &self,
+        mem: &SenderMem,
+        group: &ReadyGroup,
+        inline_ok: bool,
+        posts: &mut u64,
+    ) -> Result<()> {
         let soff = fifo::sizes_offset(group.seq);
         for (i, it) in group.items().iter().enumerate() {
             mem.sizes_stage.write(soff + 4 * i, &it.size.to_le_bytes());
@@ -103,7 +125,7 @@ impl Comm {
         writes.sort_unstable_by_key(|w| (w.qp, w.imm.is_some()));
         let wr_id = WrId::Send { seq: group.seq }.encode();
         for run in writes.chunk_by(|a, b| a.qp == b.qp) {
-            self.post_chain(run, wr_id, sges, wrs)?;
+            self.post_chain(run, wr_id, inline_ok, sges, wrs)?;
             *posts += 1;
         }
         Ok(())
@@ -114,6 +136,7 @@ impl Comm {
         &self,
         run: &[plan::Write],
         wr_id: u64,
+        inline_ok: bool,
         sges: &mut Vec<ibv_sge>,
         wrs: &mut Vec<ibv_send_wr>,
     ) -> Result<()> {
@@ -144,7 +167,7 @@ impl Comm {
                     IBV_SEND_SIGNALED
                 } else {
                     0
-                },
+                } | if inline_ok { inline_flag(w.len) } else { 0 },
                 imm_data: w.imm.unwrap_or(0).to_be(),
                 ..Default::default()
             };
