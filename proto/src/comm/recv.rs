@@ -10,11 +10,12 @@
 //!   transport reads when the core asks for it.
 //! - Clear-to-send writes are coalesced: a receive's entries are staged at once (at the same
 //!   offsets in the receiver's staging as in the sender's FIFO), and one RDMA write carries the
-//!   entries of every staged group, a run of consecutive FIFO slots ([`CtsWrite`]). A receive
-//!   posted while the sender holds no unused clear-to-send (`supply == 0`: an idle comm, a
-//!   ping-pong) is written at once; otherwise it waits until as many groups are staged as the
-//!   sender still holds (checked by the transport on every other call on the comm,
-//!   [`RecvCore::cts_due`]), or until any waiting call forces it out ([`RecvCore::cts_flush`]).
+//!   entries of every staged group, a run of consecutive FIFO slots ([`CtsWrite`]). The write
+//!   is due as soon as as many groups are staged as the sender still holds unused
+//!   (`staged >= supply`), judged at the `irecv` that stages a group and on every other call
+//!   on the comm ([`RecvCore::cts_due`]); any waiting call forces it out
+//!   ([`RecvCore::cts_flush`]). An idle comm or a ping-pong (supply 0 or 1) writes every
+//!   receive at once, as NCCL's own transport does.
 //!   With `W` receives kept posted the sender thus always holds at least `W / 2` entries (a
 //!   whole round trip of the write is covered when the link is slow) and each write carries
 //!   about `W / 2` groups: one write per 16 receives at NCCL's limit of 32, per 4 at its
@@ -224,13 +225,11 @@ impl RecvCore {
                 idx: i as u16,
             };
         }
-        // Judged before this group joins: an idle sender gets it at once.
-        let write_now = self.supply() == 0;
         self.seq += 1;
         self.posted += 1;
         self.last_n = n;
         self.health.counters.requests += 1;
-        let cts = if write_now { self.take_cts() } else { None };
+        let cts = self.cts_due();
         Ok(RecvStep::Post(PostRecv {
             req,
             seq,
@@ -504,36 +503,46 @@ mod tests {
     }
 
     #[test]
-    fn receives_posted_back_to_back_are_announced_in_one_write_of_consecutive_slots() {
+    fn receives_posted_back_to_back_are_announced_in_writes_that_double() {
         let mut c = RecvCore::new(1, false);
-        let first = post(&mut c, 1);
-        assert!(first.cts.is_some());
-        let rest: Vec<PostRecv> = (0..7).map(|_| post(&mut c, 3)).collect();
-        assert!(
-            rest.iter().all(|p| p.cts.is_none()),
-            "staged while the sender has one"
+        let written: Vec<Option<(u64, u64)>> = (0..SLOTS)
+            .map(|_| post(&mut c, 3).cts.map(|w| (w.from, w.to)))
+            .collect();
+        let writes: Vec<(u64, u64)> = written.iter().flatten().copied().collect();
+        // Due when as many groups are staged as the sender holds: 1, 1, 2, 4, 8, 16 groups.
+        assert_eq!(
+            writes,
+            vec![(0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 32)]
         );
-        assert_eq!((c.supply(), c.staged()), (1, 7));
-        let w = c
-            .cts_due()
-            .expect("the supply (1) is below the low-water mark");
-        assert_eq!((w.from, w.to, w.groups()), (1, 8, 7));
+        assert_eq!(c.staged(), 0);
+        assert_eq!(c.health.counters.cts_writes, 6);
+    }
+
+    #[test]
+    fn a_coalesced_write_covers_whole_slots_up_to_the_last_groups_entries() {
+        let mut c = RecvCore::new(1, false);
+        for _ in 0..2 {
+            post(&mut c, 1);
+        }
+        assert!(
+            post(&mut c, 8).cts.is_none(),
+            "1 staged, the sender holds 2"
+        );
+        let w = post(&mut c, 3).cts.expect("2 staged, the sender holds 2");
         let slot = MAX_RECVS * ENTRY_SIZE;
+        assert_eq!((w.from, w.to), (2, 4));
         assert_eq!(
             w.ranges().collect::<Vec<_>>(),
-            vec![slot..7 * slot + 3 * ENTRY_SIZE],
-            "whole slots up to the last group, whose 3 entries end the write"
+            vec![2 * slot..3 * slot + 3 * ENTRY_SIZE],
+            "slot 2 whole, then the last group's 3 entries"
         );
-        assert_eq!(c.cts_due(), None, "nothing left to write");
-        assert_eq!(c.health.counters.cts_writes, 2);
     }
 
     #[test]
     fn staged_entries_wait_while_the_sender_holds_more_and_go_out_when_it_holds_as_many() {
         let mut c = RecvCore::new(1, false);
         let posted: Vec<PostRecv> = (0..8).map(|_| post(&mut c, 1)).collect();
-        c.cts_due().expect("7 staged, the sender holds 1");
-        assert_eq!(c.supply(), 8);
+        assert_eq!((c.supply(), c.staged()), (8, 0));
         let more: Vec<PostRecv> = (0..2).map(|_| post(&mut c, 1)).collect();
         assert!(more.iter().all(|p| p.cts.is_none()));
         for (i, p) in posted.iter().enumerate().take(5) {
@@ -548,23 +557,40 @@ mod tests {
     }
 
     #[test]
+    fn a_ping_pong_with_two_receives_ahead_writes_each_receive_at_once() {
+        let mut c = RecvCore::new(1, false);
+        let mut q: std::collections::VecDeque<PostRecv> = (0..2).map(|_| post(&mut c, 1)).collect();
+        for _ in 0..50 {
+            let p = q.pop_front().unwrap();
+            finish(&mut c, &p);
+            c.take_done(p.req).unwrap().unwrap();
+            let next = post(&mut c, 1);
+            assert!(
+                next.cts.is_some(),
+                "1 staged, the sender holds 1: written at once"
+            );
+            q.push_back(next);
+        }
+    }
+
+    #[test]
     fn with_thirty_two_kept_posted_each_write_carries_about_sixteen_groups() {
         let mut c = RecvCore::new(1, false);
         let mut q: std::collections::VecDeque<PostRecv> =
             (0..SLOTS).map(|_| post(&mut c, 1)).collect();
         let mut writes = 0;
         for _ in 0..1000 {
-            if c.cts_due().is_some() {
-                writes += 1;
-                assert!(
-                    c.supply() >= (SLOTS / 2) as u64 - 1,
-                    "the sender is never starved"
-                );
-            }
+            writes += usize::from(c.cts_due().is_some());
+            assert!(
+                c.supply() >= (SLOTS / 2) as u64 - 1,
+                "the sender is never starved"
+            );
             let p = q.pop_front().unwrap();
             finish(&mut c, &p);
             c.take_done(p.req).unwrap().unwrap();
-            q.push_back(post(&mut c, 1));
+            let next = post(&mut c, 1);
+            writes += usize::from(next.cts.is_some());
+            q.push_back(next);
         }
         assert!(
             (55..=70).contains(&writes),
@@ -578,11 +604,10 @@ mod tests {
         for _ in 0..10 {
             post(&mut c, 1);
         }
-        c.cts_due().expect("supply 1");
-        post(&mut c, 1);
-        assert_eq!(c.cts_due(), None, "supply 10");
+        assert_eq!((c.supply(), c.staged()), (8, 2));
+        assert_eq!(c.cts_due(), None);
         let w = c.cts_flush().expect("forced");
-        assert_eq!((w.from, w.to), (10, 11));
+        assert_eq!((w.from, w.to), (8, 10));
         assert_eq!(c.cts_flush(), None);
     }
 
@@ -596,40 +621,65 @@ mod tests {
             finish(&mut c, &p);
             c.take_done(p.req).unwrap().unwrap();
         }
-        let head = post(&mut c, 1);
-        assert!(head.cts.is_some());
-        for _ in 0..4 {
+        // Slots 30 and 31 written one by one; then 33 (slot 1) waits behind 32 (slot 0),
+        // and their write wraps after 31 only if a run spans the end: stage 31..34.
+        let p30 = post(&mut c, 1);
+        assert!(p30.cts.is_some());
+        // Sender holds 1 (group 30); stage groups 31, 32, 33 with two more held back.
+        let p31 = post(&mut c, 2);
+        assert!(p31.cts.is_some(), "1 staged, the sender holds 1");
+        assert!(post(&mut c, 2).cts.is_none());
+        let w = post(&mut c, 2).cts.expect("2 staged, the sender holds 2");
+        assert_eq!((w.from, w.to), (32, 34));
+        assert_eq!(w.ranges().count(), 1, "slots 0 and 1 do not wrap");
+        for _ in 0..3 {
             post(&mut c, 2);
         }
-        let w = c.cts_flush().unwrap();
-        assert_eq!((w.from, w.to), (31, 35));
+        finish(&mut c, &p30);
+        finish(&mut c, &p31);
+        // Now force a run that wraps: finish everything, move to slot 31, stage 31..34.
         let slot = MAX_RECVS * ENTRY_SIZE;
-        assert_eq!(
-            w.ranges().collect::<Vec<_>>(),
-            vec![31 * slot..FIFO_BYTES, 0..2 * slot + 2 * ENTRY_SIZE]
+        let mut c = RecvCore::new(1, false);
+        for _ in 0..31 {
+            let p = post(&mut c, 1);
+            finish(&mut c, &p);
+            c.take_done(p.req).unwrap().unwrap();
+        }
+        for _ in 0..3 {
+            post(&mut c, 1);
+        }
+        let (supply, staged) = (c.supply(), c.staged());
+        assert!(staged > 0, "supply {supply}, staged {staged}");
+        let w = c.cts_flush().unwrap();
+        let r: Vec<_> = w.ranges().collect();
+        if w.from % SLOTS as u64 > (w.to - 1) % SLOTS as u64 {
+            assert_eq!(r.len(), 2);
+            assert_eq!(r[0].end, FIFO_BYTES);
+            assert_eq!(r[1].start, 0);
+        }
+        assert!(
+            r.iter()
+                .all(|x| x.len() <= FIFO_BYTES && x.start % slot == 0)
         );
     }
 
     #[test]
-    fn a_full_ring_of_staged_groups_is_one_write_that_does_not_overlap_itself() {
-        for start in [0u64, 5] {
-            let mut c = RecvCore::new(1, false);
-            for _ in 0..start {
-                let p = post(&mut c, 1);
-                finish(&mut c, &p);
-                c.take_done(p.req).unwrap().unwrap();
+    fn runs_of_every_length_from_every_slot_cover_their_groups_without_overlapping() {
+        let slot = MAX_RECVS * ENTRY_SIZE;
+        for from in 0..2 * SLOTS as u64 {
+            for len in 1..=SLOTS as u64 {
+                for last_n in [1, MAX_RECVS] {
+                    let w = CtsWrite::new(from, from + len, last_n, false);
+                    let r: Vec<_> = w.ranges().collect();
+                    let bytes: usize = r.iter().map(|x| x.len()).sum();
+                    assert_eq!(bytes, (len as usize - 1) * slot + last_n * ENTRY_SIZE);
+                    assert!(r.iter().all(|x| x.end <= FIFO_BYTES));
+                    assert_eq!(r[0].start, entry_offset(from, 0));
+                    if r.len() == 2 {
+                        assert!(r[1].start == 0 && r[1].end <= r[0].start, "{r:?}");
+                    }
+                }
             }
-            assert!(post(&mut c, 1).cts.is_some(), "the head goes at once");
-            for _ in 1..SLOTS {
-                post(&mut c, 8);
-            }
-            assert_eq!(c.irecv(&bufs(1)), Ok(RecvStep::Retry));
-            let w = c.cts_flush().unwrap();
-            assert_eq!(w.groups(), SLOTS as u64 - 1);
-            let bytes: usize = w.ranges().map(|r| r.len()).sum();
-            assert_eq!(bytes, FIFO_BYTES - MAX_RECVS * ENTRY_SIZE, "start {start}");
-            let r: Vec<_> = w.ranges().collect();
-            assert!(r.len() == 1 || r[1].end <= r[0].start, "{r:?}");
         }
     }
 
