@@ -26,6 +26,13 @@ const CTRL_MAGIC: u32 = u32::from_le_bytes(*b"FBNC");
 /// The client's counter report after a bw phase (client → server).
 const REPORT_MAGIC: u32 = u32::from_le_bytes(*b"FBNR");
 
+/// The little-endian integer in bytes `r` of a control message (at most 8 bytes).
+fn le_word(m: &[u8], r: core::ops::Range<usize>) -> u64 {
+    let mut b = [0u8; 8];
+    b[..r.len()].copy_from_slice(&m[r]);
+    u64::from_le_bytes(b)
+}
+
 /// A command from the server to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Cmd {
@@ -74,11 +81,7 @@ impl Cmd {
     }
 
     pub(crate) fn decode(m: &[u8]) -> Result<Cmd> {
-        let word = |r: core::ops::Range<usize>| -> u64 {
-            let mut b = [0u8; 8];
-            b[..r.len()].copy_from_slice(&m[r]);
-            u64::from_le_bytes(b)
-        };
+        let word = |r: core::ops::Range<usize>| le_word(m, r);
         if m.len() != CTRL_BYTES || word(0..4) != u64::from(CTRL_MAGIC) {
             return Err(Error::new(format!(
                 "bad control message ({} bytes, magic {:#x})",
@@ -447,16 +450,9 @@ impl<'n> Session<'n> {
 
     /// Sends a command and waits until it is delivered (server).
     pub(crate) fn send_cmd(&mut self, cmd: Cmd) -> Result<()> {
-        self.ctrl_send.buf.write_at0(&cmd.encode())?;
-        let (net, send, cs) = (self.net, self.send, &self.ctrl_send);
-        let what = || format!("sending control message {cmd:?}");
-        let req = wait_for(&self.wait, &mut self.peer, &what, || {
-            // SAFETY: the control message at the start of the registered control buffer,
-            // unchanged until the request completes (waited for below).
-            unsafe { net.isend(send, cs.buf.at(0)?, CTRL_BYTES, TAG_CTRL, cs.mr) }
-        })?;
-        wait_for(&self.wait, &mut self.peer, &what, || net.test(req))?;
-        Ok(())
+        self.send_ctrl(&cmd.encode(), &|| {
+            format!("sending control message {cmd:?}")
+        })
     }
 
     /// Sends this side's counter deltas of a bw phase to the peer (client → server, after the
@@ -468,48 +464,40 @@ impl<'n> Session<'n> {
         for (i, v) in deltas.unwrap_or_default().iter().enumerate() {
             m[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
-        self.ctrl_send.buf.write_at0(&m)?;
+        self.send_ctrl(&m, &|| "sending the phase's counters".to_string())
+    }
+
+    /// Sends one control-sized message on the send comm with the control tag and waits until it
+    /// is delivered.
+    fn send_ctrl(&mut self, m: &[u8; CTRL_BYTES], what: &dyn Fn() -> String) -> Result<()> {
+        self.ctrl_send.buf.write_at0(m)?;
         let (net, send, cs) = (self.net, self.send, &self.ctrl_send);
-        let what = || "sending the phase's counters".to_string();
-        let req = wait_for(&self.wait, &mut self.peer, &what, || {
-            // SAFETY: the report at the start of the registered control buffer, unchanged until
-            // the request completes (waited for below).
+        let req = wait_for(&self.wait, &mut self.peer, what, || {
+            // SAFETY: the message at the start of the registered control buffer, unchanged
+            // until the request completes (waited for below).
             unsafe { net.isend(send, cs.buf.at(0)?, CTRL_BYTES, TAG_CTRL, cs.mr) }
         })?;
-        wait_for(&self.wait, &mut self.peer, &what, || net.test(req))?;
+        wait_for(&self.wait, &mut self.peer, what, || net.test(req))?;
         Ok(())
     }
 
     /// Receives the peer's counter deltas of a bw phase (server); `None` when the peer's plugin
     /// has no statistics.
     pub(crate) fn recv_report(&mut self) -> Result<Option<[u64; 6]>> {
-        let req = post_recv(
-            self.net,
-            &self.wait,
-            &mut self.peer,
-            self.recv,
-            &self.ctrl_recv,
-            CTRL_BYTES,
-            TAG_CTRL,
-        )?;
+        let req = self.post_cmd_recv()?;
         let net = self.net;
         let what = || "receiving the client's counters".to_string();
         let n = wait_for(&self.wait, &mut self.peer, &what, || net.test(req))?;
         let m = self.ctrl_recv.buf.read_at0(CTRL_BYTES)?;
-        let word = |r: std::ops::Range<usize>| {
-            let mut b = [0u8; 8];
-            b[..r.len()].copy_from_slice(&m[r]);
-            u64::from_le_bytes(b)
-        };
-        if n != CTRL_BYTES || word(0..4) != u64::from(REPORT_MAGIC) {
+        if n != CTRL_BYTES || le_word(&m, 0..4) != u64::from(REPORT_MAGIC) {
             return Err(Error::new("the client's counter report is malformed"));
         }
-        if word(4..8) == 0 {
+        if le_word(&m, 4..8) == 0 {
             return Ok(None);
         }
         let mut out = [0u64; 6];
         for (i, o) in out.iter_mut().enumerate() {
-            *o = word(8 + 8 * i..16 + 8 * i);
+            *o = le_word(&m, 8 + 8 * i..16 + 8 * i);
         }
         Ok(Some(out))
     }

@@ -14,13 +14,8 @@ use super::comm::{Comm, ReceiverMem, Side};
 use crate::error::Result;
 use ferro_proto::comm::Failure;
 use ferro_proto::comm::recv::{CtsWrite, RecvCore};
-use ferro_proto::fifo::ENTRY_SIZE;
 use ferro_verbs::sys::*;
 use std::sync::Mutex;
-
-fn inline_enabled() -> bool {
-    crate::plugin::get().is_ok_and(|p| p.config.use_inline)
-}
 
 /// Every open receive comm, by address. A comm adds itself once it has its final address and
 /// removes itself before it is freed, both under this lock, so a pointer read here while the
@@ -104,7 +99,7 @@ impl Comm {
         // NCCL_IB_USE_INLINE: a write of one entry (a receive of one buffer written at once,
         // the ping-pong case) is copied into the work request, sparing the NIC a read of the
         // staging buffer.
-        if n == 1 && sges[0].length as usize <= ENTRY_SIZE && inline_enabled() {
+        if n == 1 && sges[0].length <= self.ep.max_inline {
             wrs[0].send_flags |= IBV_SEND_INLINE;
         }
         // Pointers are set once the arrays no longer move.

@@ -33,6 +33,10 @@ pub(super) struct Endpoint {
     pub(super) events: Arc<DeviceEvents>,
     /// RoCE traffic class of this connection's QPs: `NCCL_IB_TC`, or the communicator's own.
     pub(super) traffic_class: u8,
+    /// Bytes a work request may carry inline on these QPs (`NCCL_IB_USE_INLINE=1`: one
+    /// clear-to-send entry, as NCCL's IB transport asks; else 0). Posts use `IBV_SEND_INLINE`
+    /// only up to this, so the flag never outruns what the QPs were created with.
+    pub(super) max_inline: u32,
 }
 
 impl Endpoint {
@@ -42,17 +46,17 @@ impl Endpoint {
         let pd = dev.pd().clone();
         let depths = plan::queue_depths(nqps);
         let cq = Cq::new(&dev.ctx, depths.cqe)?;
+        let max_inline = if crate::plugin::get().is_ok_and(|p| p.config.use_inline) {
+            ferro_proto::fifo::ENTRY_SIZE as u32
+        } else {
+            0
+        };
         let caps = QpCaps {
             max_send_wr: depths.send_wr,
             max_recv_wr: depths.recv_wr,
             max_send_sge: 1,
             max_recv_sge: 1,
-            // NCCL_IB_USE_INLINE: room for one clear-to-send entry, as NCCL's IB transport asks.
-            max_inline_data: if crate::plugin::get().is_ok_and(|p| p.config.use_inline) {
-                ferro_proto::fifo::ENTRY_SIZE as u32
-            } else {
-                0
-            },
+            max_inline_data: max_inline,
         };
         let mut qps = Vec::with_capacity(nqps);
         for _ in 0..nqps {
@@ -73,6 +77,7 @@ impl Endpoint {
             pd,
             events,
             traffic_class,
+            max_inline,
         })
     }
 

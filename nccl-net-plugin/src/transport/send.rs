@@ -15,17 +15,6 @@ use ferro_proto::plan::{self, SizesSlot};
 use ferro_verbs::sys::*;
 use std::sync::atomic::{Ordering, fence};
 
-/// `IBV_SEND_INLINE` for a write of at most one clear-to-send entry's size (64 bytes) when
-/// `NCCL_IB_USE_INLINE=1`: the QPs are created with that much inline room, and a tiny payload
-/// copied into the work request spares the NIC a read of host memory (the caller allows it only
-/// for host memory: the CPU copies it). Zero-length writes carry nothing to copy.
-fn inline_flag(len: u32) -> u32 {
-    let on = len > 0
-        && len as usize <= ENTRY_SIZE
-        && crate::plugin::get().is_ok_and(|p| p.config.use_inline);
-    if on { IBV_SEND_INLINE } else { 0 }
-}
-
 impl Comm {
     /// `isend`: `Ok(None)` (a NULL request) until the receiver's buffer for this send is known.
     pub fn isend(
@@ -77,7 +66,9 @@ impl Comm {
             }
             SendStep::Matched { req } => Ok(Some(self.req_ptr(req))),
             SendStep::Post { req, group } => {
-                // Inline copies by the CPU at post time: only a lone send from host memory.
+                // NCCL_IB_USE_INLINE: a payload of up to one clear-to-send entry's size (the QPs'
+                // inline room) may be copied into the work request by the CPU at post time, so
+                // only a lone send from host memory qualifies.
                 let inline_ok =
                     group.items().len() == 1 && mh.is_none_or(|m| m.kind() == MemKind::Host);
                 if let Err(e) =
@@ -167,7 +158,11 @@ impl Comm {
                     IBV_SEND_SIGNALED
                 } else {
                     0
-                } | if inline_ok { inline_flag(w.len) } else { 0 },
+                } | if inline_ok && w.len > 0 && w.len <= self.ep.max_inline {
+                    IBV_SEND_INLINE
+                } else {
+                    0
+                },
                 imm_data: w.imm.unwrap_or(0).to_be(),
                 ..Default::default()
             };
