@@ -4,28 +4,39 @@
 //! remote write. For its `k`-th receive (group sequence `k`, counting from 0) the receiver
 //! RDMA-writes one entry per posted buffer into slot `k % SLOTS`. The sender's `k`-th send group
 //! reads the same slot and knows it is the fresh one when the entry's `seq` field equals `k + 1`
-//! and its check word matches the other fields: an entry left from 32 receives ago has another
-//! `seq`, and one the NIC is still writing (torn) fails the check, so it is simply "not yet".
+//! (modulo 2^32) and its check word matches the other fields: an entry left from 32 receives ago
+//! has another `seq`, and one the NIC is still writing (torn) fails the check, so it is simply
+//! "not yet".
 //!
 //! Entry layout (little-endian):
-//! `0 seq u64 | 8 addr u64 | 16 rkey u32 | 20 size u32 | 24 tag i32 | 28 nreqs u16 | 30 idx u16 |
-//! 32 check u64 | 40..64 zero`.
+//! `0 seq u32 | 4 size u32 | 8 addr u64 | 16 tag i32 | 20 nreqs u16 | 22 idx u16 |
+//! 24 rkeys [u32; 8] | 56 check u64`.
+//!
+//! `rkeys` holds the buffer's remote key on each member device of the receiver's (virtual)
+//! device, by member index; a physical device uses `rkeys[0]` only. The sender writes the part
+//! of the buffer that a QP carries with the key of the receiver's device at the other end of
+//! that QP.
 
-use crate::{MAX_RECVS, SLOTS};
+use crate::{Keys, MAX_DEVS, MAX_RECVS, SLOTS};
 
 pub const ENTRY_SIZE: usize = 64;
 /// Bytes of the sender's FIFO.
 pub const FIFO_BYTES: usize = SLOTS * MAX_RECVS * ENTRY_SIZE;
 /// Bytes of the receiver's sizes FIFO (one `u32` per buffer of every slot).
 pub const SIZES_BYTES: usize = SLOTS * MAX_RECVS * 4;
+const RKEYS_AT: usize = 24;
+const CHECK_AT: usize = RKEYS_AT + 4 * MAX_DEVS;
+const _: () = assert!(CHECK_AT + 8 == ENTRY_SIZE);
 
 /// One posted receive buffer, as the sender sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CtsEntry {
-    /// Group sequence + 1 (never 0).
+    /// Group sequence + 1 (never 0); 32 bits of it travel.
     pub seq: u64,
     pub addr: u64,
-    pub rkey: u32,
+    /// The buffer's remote key on each member device of the receiver (index 0 alone for a
+    /// physical device).
+    pub rkeys: Keys,
     /// Capacity of the posted buffer.
     pub size: u32,
     pub tag: i32,
@@ -45,26 +56,31 @@ fn mix(mut x: u64) -> u64 {
 
 impl CtsEntry {
     fn check(&self) -> u64 {
-        let mut h = mix(self.seq ^ 0x4645_5252_4f43_5453);
+        let mut h = mix((self.seq & 0xffff_ffff) ^ 0x4645_5252_4f43_5453);
         h = mix(h ^ self.addr);
-        h = mix(h ^ (u64::from(self.rkey) << 32 | u64::from(self.size)));
+        h = mix(h ^ u64::from(self.size));
         h = mix(h
             ^ (u64::from(self.tag as u32) << 32
                 | u64::from(self.nreqs) << 16
                 | u64::from(self.idx)));
+        for pair in self.rkeys.chunks_exact(2) {
+            h = mix(h ^ (u64::from(pair[0]) << 32 | u64::from(pair[1])));
+        }
         h | 1
     }
 
     pub fn encode(&self) -> [u8; ENTRY_SIZE] {
         let mut b = [0u8; ENTRY_SIZE];
-        b[0..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[0..4].copy_from_slice(&(self.seq as u32).to_le_bytes());
+        b[4..8].copy_from_slice(&self.size.to_le_bytes());
         b[8..16].copy_from_slice(&self.addr.to_le_bytes());
-        b[16..20].copy_from_slice(&self.rkey.to_le_bytes());
-        b[20..24].copy_from_slice(&self.size.to_le_bytes());
-        b[24..28].copy_from_slice(&self.tag.to_le_bytes());
-        b[28..30].copy_from_slice(&self.nreqs.to_le_bytes());
-        b[30..32].copy_from_slice(&self.idx.to_le_bytes());
-        b[32..40].copy_from_slice(&self.check().to_le_bytes());
+        b[16..20].copy_from_slice(&self.tag.to_le_bytes());
+        b[20..22].copy_from_slice(&self.nreqs.to_le_bytes());
+        b[22..24].copy_from_slice(&self.idx.to_le_bytes());
+        for (i, k) in self.rkeys.iter().enumerate() {
+            b[RKEYS_AT + 4 * i..RKEYS_AT + 4 * i + 4].copy_from_slice(&k.to_le_bytes());
+        }
+        b[CHECK_AT..].copy_from_slice(&self.check().to_le_bytes());
         b
     }
 
@@ -77,17 +93,20 @@ impl CtsEntry {
             u64::from_le_bytes(a)
         };
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let seq = group_seq + 1;
+        if u32_at(0) != seq as u32 {
+            return None;
+        }
         let e = CtsEntry {
-            seq: u64_at(0),
+            seq,
+            size: u32_at(4),
             addr: u64_at(8),
-            rkey: u32_at(16),
-            size: u32_at(20),
-            tag: u32_at(24) as i32,
-            nreqs: u16::from_le_bytes([b[28], b[29]]),
-            idx: u16::from_le_bytes([b[30], b[31]]),
+            tag: u32_at(16) as i32,
+            nreqs: u16::from_le_bytes([b[20], b[21]]),
+            idx: u16::from_le_bytes([b[22], b[23]]),
+            rkeys: core::array::from_fn(|i| u32_at(RKEYS_AT + 4 * i)),
         };
-        let valid = e.seq == group_seq + 1
-            && u64_at(32) == e.check()
+        let valid = u64_at(CHECK_AT) == e.check()
             && e.nreqs >= 1
             && usize::from(e.nreqs) <= MAX_RECVS
             && e.idx < e.nreqs;
@@ -122,7 +141,7 @@ mod tests {
         CtsEntry {
             seq: seq + 1,
             addr: 0x7000_0000 + u64::from(idx) * 4096,
-            rkey: 9,
+            rkeys: [9, 10, 0, 0, 0, 0, 0, 12],
             size,
             tag,
             nreqs,
@@ -149,11 +168,11 @@ mod tests {
         let old = e(8, 0, 1, 1, 100).encode();
         let new = CtsEntry {
             addr: 0x5555_0000,
-            rkey: 77,
+            rkeys: [77, 78, 79, 80, 81, 82, 83, 84],
             ..e(40, 0, 1, 5, 4096)
         }
         .encode();
-        for w in 0..5 {
+        for w in 0..8 {
             assert_ne!(
                 old[w * 8..w * 8 + 8],
                 new[w * 8..w * 8 + 8],
@@ -161,19 +180,37 @@ mod tests {
             );
         }
         // Any mix of old and new 8-byte words that is not all-new must be refused.
-        for mask in 0u32..(1 << 5) {
+        for mask in 0u32..(1 << 8) {
             let mut b = [0u8; ENTRY_SIZE];
-            for w in 0..5 {
+            for w in 0..8 {
                 let src = if mask & (1 << w) != 0 { &new } else { &old };
                 b[w * 8..w * 8 + 8].copy_from_slice(&src[w * 8..w * 8 + 8]);
             }
             let got = CtsEntry::decode(&b, 40);
-            if mask == 0b11111 {
+            if mask == 0xff {
                 assert!(got.is_some());
             } else {
-                assert_eq!(got, None, "mask {mask:05b}");
+                assert_eq!(got, None, "mask {mask:08b}");
             }
         }
+    }
+
+    #[test]
+    fn the_sequence_travels_as_32_bits_and_still_tells_neighbouring_groups_apart() {
+        let g = u64::from(u32::MAX);
+        let x = e(g, 0, 1, 3, 64);
+        let b = x.encode();
+        assert_eq!(&b[0..4], &[0; 4], "seq 2^32 travels as 0");
+        assert_eq!(CtsEntry::decode(&b, g), Some(x));
+        assert_eq!(CtsEntry::decode(&b, g - 32), None);
+        assert_eq!(CtsEntry::decode(&b, g + 32), None);
+    }
+
+    #[test]
+    fn every_member_key_round_trips() {
+        let mut x = e(3, 0, 1, 3, 64);
+        x.rkeys = core::array::from_fn(|i| 0x1000 + i as u32);
+        assert_eq!(CtsEntry::decode(&x.encode(), 3), Some(x));
     }
 
     #[test]

@@ -7,17 +7,19 @@
 //! | 10..12 | address family: 2 = IPv4, 10 = IPv6 (LE) |
 //! | 12..14 | TCP port (big-endian) |
 //! | 14..30 | address (IPv4 in the first 4 bytes) |
+//! | 30     | member devices of the listener's (virtual) device, 1 to 8 (the connecting side creates its QPs for them) |
 //! | 32..48 | the listener's secret: random bytes the connecting side presents in its first message, so only holders of the handle (which NCCL distributes through its bootstrap) can connect |
 //! | 64..72 | connect progress token (written by `connect` on the connecting side; 0 = not started) |
 //! | rest   | zero |
 
-use crate::{MAGIC, WIRE_VERSION};
+use crate::{MAGIC, MAX_DEVS, WIRE_VERSION};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 pub const HANDLE_SIZE: usize = 128;
 const TOKEN_AT: usize = 64;
 const SECRET_AT: usize = 32;
+const DEVS_AT: usize = 30;
 /// Bytes of a listener's secret.
 pub const SECRET_SIZE: usize = 16;
 
@@ -27,6 +29,7 @@ pub enum HandleError {
     BadMagic(u64),
     Version { got: u16, want: u16 },
     BadFamily(u16),
+    BadDevs(u8),
 }
 
 impl fmt::Display for HandleError {
@@ -43,6 +46,10 @@ impl fmt::Display for HandleError {
             HandleError::BadFamily(fam) => {
                 write!(f, "listen handle has unknown address family {fam}")
             }
+            HandleError::BadDevs(n) => write!(
+                f,
+                "listen handle names {n} member devices (must be 1 to {MAX_DEVS}): it is corrupt"
+            ),
         }
     }
 }
@@ -53,6 +60,7 @@ impl std::error::Error for HandleError {}
 pub fn encode(addr: SocketAddr, secret: [u8; SECRET_SIZE]) -> [u8; HANDLE_SIZE] {
     let mut h = [0u8; HANDLE_SIZE];
     h[SECRET_AT..SECRET_AT + SECRET_SIZE].copy_from_slice(&secret);
+    h[DEVS_AT] = 1;
     h[0..8].copy_from_slice(&MAGIC.to_le_bytes());
     h[8..10].copy_from_slice(&WIRE_VERSION.to_le_bytes());
     h[12..14].copy_from_slice(&addr.port().to_be_bytes());
@@ -108,6 +116,19 @@ pub fn secret(h: &[u8; HANDLE_SIZE]) -> [u8; SECRET_SIZE] {
     out
 }
 
+/// Records how many member devices the listener's (virtual) device has.
+pub fn set_devs(h: &mut [u8; HANDLE_SIZE], devs: usize) {
+    h[DEVS_AT] = devs.clamp(1, MAX_DEVS) as u8;
+}
+
+/// How many member devices the listener's (virtual) device has.
+pub fn devs(h: &[u8; HANDLE_SIZE]) -> Result<usize, HandleError> {
+    match h[DEVS_AT] {
+        n @ 1..=8 if usize::from(n) <= MAX_DEVS => Ok(usize::from(n)),
+        n => Err(HandleError::BadDevs(n)),
+    }
+}
+
 /// Compares two secrets in time that does not depend on where they differ.
 pub fn secrets_match(a: &[u8; SECRET_SIZE], b: &[u8; SECRET_SIZE]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -148,6 +169,19 @@ mod tests {
         assert_eq!(&h[14..18], &[10, 1, 2, 3]);
         assert_eq!(&h[32..48], &[0xab; SECRET_SIZE]);
         assert_eq!(secret(&h), [0xab; SECRET_SIZE]);
+    }
+
+    #[test]
+    fn the_member_count_travels_beside_the_address() {
+        let addr: SocketAddr = "[2001:db8::2]:7".parse().unwrap();
+        let mut h = encode(addr, [1; SECRET_SIZE]);
+        assert_eq!(devs(&h), Ok(1));
+        set_devs(&mut h, 4);
+        assert_eq!((devs(&h), decode(&h)), (Ok(4), Ok(addr)));
+        h[30] = 0;
+        assert_eq!(devs(&h), Err(HandleError::BadDevs(0)));
+        h[30] = 9;
+        assert_eq!(devs(&h), Err(HandleError::BadDevs(9)));
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub mod wire;
 
 /// Wire protocol version carried in the listen handle and every handshake message. Peers with a
 /// different version refuse to connect, with an error naming both versions.
-pub const WIRE_VERSION: u16 = 2;
+pub const WIRE_VERSION: u16 = 3;
 /// `"FERRONET"` as a little-endian u64: first bytes of the handle and of every message.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FERRONET");
 /// Slots in the CTS FIFO: receives one comm can have posted at once (NCCL's request limit).
@@ -32,3 +32,7 @@ pub const SLOTS: usize = 32;
 pub const MAX_RECVS: usize = 8;
 /// Most QPs per connection (`NCCL_IB_QPS_PER_CONNECTION`'s range).
 pub const MAX_QPS: usize = 128;
+/// Most physical devices behind one (virtual) device: NCCL fuses up to 8 (ABI v12; 4 before).
+pub const MAX_DEVS: usize = 8;
+/// One memory key per member device of a (virtual) device, indexed by member; unused ones are 0.
+pub type Keys = [u32; MAX_DEVS];

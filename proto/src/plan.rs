@@ -1,33 +1,97 @@
-//! Turning sends and receives into work requests, for one or several QPs per connection.
+//! Turning sends and receives into work requests, for one or several QPs per connection, over
+//! one device or several (a virtual NIC).
 //!
-//! - Unsplit (`NCCL_IB_SPLIT_DATA_ON_QPS=0`): group `seq` travels whole on QP `seq % nqps`.
-//! - Split (`=1`): every message of the group is cut into `nqps` chunks of
-//!   `ceil(size / nqps)` rounded up to 128 bytes (the last ones may be short or empty); chunk `q`
-//!   travels on QP `q`, and every QP carries a final write-with-immediate for the group.
+//! A connection has `nqps` QPs ([`QpLayout`]). When either side is a virtual device of several
+//! members, `nqps` is `NCCL_IB_QPS_PER_CONNECTION` x the larger member count, and QP `q` runs
+//! from this side's member `q % local_devs` to the peer's member `q % remote_devs`, so every
+//! window of `data_qps()` consecutive QPs reaches every member of both sides.
+//!
+//! - Unsplit (`NCCL_IB_SPLIT_DATA_ON_QPS=0`): group `seq` uses the `data_qps()` QPs of window
+//!   `seq % (nqps / data_qps())`: one QP on a physical device (`seq % nqps`), and one QP per
+//!   member pair on a virtual one, so a message is spread over every device.
+//! - Split (`=1`): every QP.
+//!
+//! A group that uses several QPs cuts every message into one chunk per QP of
+//! `ceil(size / n)` rounded up to 128 bytes (the last ones may be short or empty); chunk `q`
+//! travels on the group's `q`-th QP, and every QP carries a final write-with-immediate.
 //!
 //! A group of one buffer ends, on each QP it uses, with an RDMA WRITE WITH IMMEDIATE whose
 //! immediate is the number of bytes that QP carried, so the receiver learns the size from its
 //! completions alone. A group of several buffers sends its data as plain RDMA WRITEs, then one
 //! write-with-immediate that carries the per-buffer sizes (`u32` each) into the receiver's sizes
-//! FIFO; in split mode the other QPs end with an empty write-with-immediate. RC delivers in order
+//! FIFO; the other QPs of the group end with an empty write-with-immediate. RC delivers in order
 //! on each QP, so when the receiver has seen the immediate of every QP the group used, all of the
 //! group's data has landed. Empty writes always target the receiver's sizes FIFO, a registered
 //! region, never a possibly unregistered empty user buffer.
+//!
+//! Keys: a buffer registered on a virtual device has one key per member ([`Keys`]); a write
+//! takes the local key of its QP's local member and the remote key of its QP's remote member.
 
 use crate::comm::wr_id::CTS_SIGNAL_EVERY;
-use crate::{MAX_RECVS, SLOTS};
+use crate::{Keys, MAX_DEVS, MAX_RECVS, SLOTS};
 use std::ops::Range;
 
 /// Granularity of split chunks: keeps NCCL's 128-byte protocol lines whole on one QP.
 pub const SPLIT_ALIGN: u32 = 128;
 
-/// Which QPs a group uses: every QP when split, else QP `seq % nqps`.
-pub fn group_qps(seq: u64, nqps: usize, split: bool) -> Range<usize> {
-    if split {
-        0..nqps.max(1)
-    } else {
-        let q = (seq % nqps.max(1) as u64) as usize;
-        q..q + 1
+/// How a connection's QPs map onto the member devices of both sides, and how groups use them.
+/// Both sides build the same layout (the local and remote counts swapped), so they agree on
+/// which QPs every group uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpLayout {
+    pub nqps: usize,
+    pub split: bool,
+    /// Member devices of this side's (virtual) device.
+    pub local_devs: usize,
+    /// Member devices of the peer's.
+    pub remote_devs: usize,
+}
+
+impl QpLayout {
+    /// `qps_per_conn` QPs for every member pair: `qps_per_conn x max(local, remote)` QPs.
+    pub fn new(qps_per_conn: usize, split: bool, local_devs: usize, remote_devs: usize) -> Self {
+        let local_devs = local_devs.clamp(1, MAX_DEVS);
+        let remote_devs = remote_devs.clamp(1, MAX_DEVS);
+        QpLayout {
+            nqps: qps_per_conn.max(1) * local_devs.max(remote_devs),
+            split,
+            local_devs,
+            remote_devs,
+        }
+    }
+
+    /// A connection between two physical devices.
+    pub fn one_device(nqps: usize, split: bool) -> Self {
+        QpLayout::new(nqps, split, 1, 1)
+    }
+
+    /// QPs one message is spread over when not split: one per member of the larger side.
+    pub fn data_qps(&self) -> usize {
+        self.local_devs
+            .max(self.remote_devs)
+            .clamp(1, self.nqps.max(1))
+    }
+
+    /// This side's member device that QP `q` runs on.
+    pub fn local_dev(&self, q: usize) -> usize {
+        q % self.local_devs.max(1)
+    }
+
+    /// The peer's member device at the other end of QP `q`.
+    pub fn remote_dev(&self, q: usize) -> usize {
+        q % self.remote_devs.max(1)
+    }
+
+    /// Which QPs group `seq` uses: every QP when split, else its window of [`Self::data_qps`].
+    pub fn group_qps(&self, seq: u64) -> Range<usize> {
+        let nqps = self.nqps.max(1);
+        if self.split {
+            return 0..nqps;
+        }
+        let width = self.data_qps();
+        let windows = (nqps / width).max(1) as u64;
+        let start = (seq % windows) as usize * width;
+        start..start + width
     }
 }
 
@@ -42,17 +106,16 @@ pub fn split_chunks(size: u32, nqps: usize) -> impl Iterator<Item = (usize, u32,
     })
 }
 
-/// The chunks of one item: split over every QP, or whole on the group's QP.
-fn chunks_of(
-    it: &SendItem,
-    qps: &Range<usize>,
-    nqps: usize,
-    split: bool,
-) -> impl Iterator<Item = (usize, u32, u32)> {
-    let (whole, parts) = if split {
-        (None, Some(split_chunks(it.size, nqps)))
-    } else {
+/// The chunks of one item over the group's QPs: whole on a lone QP, else one per QP.
+fn chunks_of(it: &SendItem, qps: &Range<usize>) -> impl Iterator<Item = (usize, u32, u32)> {
+    let (whole, parts) = if qps.len() <= 1 {
         (Some((qps.start, 0, it.size)), None)
+    } else {
+        let base = qps.start;
+        (
+            None,
+            Some(split_chunks(it.size, qps.len()).map(move |(q, o, l)| (base + q, o, l))),
+        )
     };
     whole.into_iter().chain(parts.into_iter().flatten())
 }
@@ -61,10 +124,12 @@ fn chunks_of(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendItem {
     pub addr: u64,
-    pub lkey: u32,
+    /// The send buffer's local key on each member device of this side.
+    pub lkeys: Keys,
     pub size: u32,
     pub remote_addr: u64,
-    pub rkey: u32,
+    /// The receive buffer's remote key on each member device of the peer.
+    pub rkeys: Keys,
 }
 
 /// An RDMA write to post.
@@ -83,25 +148,19 @@ pub struct Write {
 /// Where the sizes of a multi-buffer group come from and go to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SizesSlot {
-    /// Local staging copy of the sizes (registered), already filled by the caller.
+    /// Local staging copy of the sizes (registered on every member), already filled.
     pub local_addr: u64,
-    pub lkey: u32,
-    /// The receiver's sizes-FIFO slot for this group.
+    pub lkeys: Keys,
+    /// The receiver's sizes-FIFO slot for this group, and its key on each of its members.
     pub remote_addr: u64,
-    pub rkey: u32,
+    pub rkeys: Keys,
 }
 
 /// The writes of one complete group, data first; the writes with immediates (one per QP used)
 /// come last on each QP.
-pub fn plan_group(
-    seq: u64,
-    items: &[SendItem],
-    nqps: usize,
-    split: bool,
-    sizes: SizesSlot,
-) -> Vec<Write> {
+pub fn plan_group(seq: u64, items: &[SendItem], layout: &QpLayout, sizes: SizesSlot) -> Vec<Write> {
     let mut w = Vec::new();
-    plan_group_into(seq, items, nqps, split, sizes, &mut w);
+    plan_group_into(seq, items, layout, sizes, &mut w);
     w
 }
 
@@ -110,34 +169,33 @@ pub fn plan_group(
 pub fn plan_group_into(
     seq: u64,
     items: &[SendItem],
-    nqps: usize,
-    split: bool,
+    layout: &QpLayout,
     sizes: SizesSlot,
     w: &mut Vec<Write>,
 ) {
     w.clear();
-    let qps = group_qps(seq, nqps, split);
+    let qps = layout.group_qps(seq);
     let empty = |qp: usize, imm: u32| Write {
         qp,
         local_addr: sizes.local_addr,
-        lkey: sizes.lkey,
+        lkey: sizes.lkeys[layout.local_dev(qp)],
         len: 0,
         remote_addr: sizes.remote_addr,
-        rkey: sizes.rkey,
+        rkey: sizes.rkeys[layout.remote_dev(qp)],
         imm: Some(imm),
     };
-    // A chunk of an item as a write on its QP.
+    // A chunk of an item as a write on its QP, with that QP's keys.
     let chunk = |it: &SendItem, qp: usize, off: u32, len: u32, imm: Option<u32>| Write {
         qp,
         local_addr: it.addr + u64::from(off),
-        lkey: it.lkey,
+        lkey: it.lkeys[layout.local_dev(qp)],
         len,
         remote_addr: it.remote_addr + u64::from(off),
-        rkey: it.rkey,
+        rkey: it.rkeys[layout.remote_dev(qp)],
         imm,
     };
     if let [one] = items {
-        for (qp, off, len) in chunks_of(one, &qps, nqps, split) {
+        for (qp, off, len) in chunks_of(one, &qps) {
             w.push(if len == 0 {
                 empty(qp, 0)
             } else {
@@ -147,7 +205,7 @@ pub fn plan_group_into(
         return;
     }
     for it in items {
-        for (qp, off, len) in chunks_of(it, &qps, nqps, split) {
+        for (qp, off, len) in chunks_of(it, &qps) {
             if len > 0 {
                 w.push(chunk(it, qp, off, len, None));
             }
@@ -203,21 +261,39 @@ pub fn queue_depths(nqps: usize) -> QueueDepths {
 mod tests {
     use super::*;
 
+    /// Keys `base`, `base + 10`, `base + 20`, ... by member.
+    const fn keys(base: u32) -> Keys {
+        [
+            base,
+            base + 10,
+            base + 20,
+            base + 30,
+            base + 40,
+            base + 50,
+            base + 60,
+            base + 70,
+        ]
+    }
+
     const SIZES: SizesSlot = SizesSlot {
         local_addr: 0x100,
-        lkey: 1,
+        lkeys: keys(1),
         remote_addr: 0x900,
-        rkey: 2,
+        rkeys: keys(2),
     };
 
     fn item(i: u64, size: u32) -> SendItem {
         SendItem {
             addr: 0x10_0000 * (i + 1),
-            lkey: 3,
+            lkeys: keys(3),
             size,
             remote_addr: 0x80_0000 * (i + 1),
-            rkey: 4,
+            rkeys: keys(4),
         }
+    }
+
+    fn one(nqps: usize, split: bool) -> QpLayout {
+        QpLayout::one_device(nqps, split)
     }
 
     #[test]
@@ -242,7 +318,7 @@ mod tests {
 
     #[test]
     fn unsplit_single_message_is_one_write_with_its_size() {
-        let w = plan_group(5, &[item(0, 4096)], 4, false, SIZES);
+        let w = plan_group(5, &[item(0, 4096)], &one(4, false), SIZES);
         assert_eq!(
             w,
             vec![Write {
@@ -259,7 +335,7 @@ mod tests {
 
     #[test]
     fn zero_byte_message_is_an_empty_write_to_the_sizes_fifo() {
-        let w = plan_group(0, &[item(0, 0)], 1, false, SIZES);
+        let w = plan_group(0, &[item(0, 0)], &one(1, false), SIZES);
         assert_eq!(
             w,
             vec![Write {
@@ -276,7 +352,7 @@ mod tests {
 
     #[test]
     fn split_single_message_has_one_immediate_per_qp_summing_to_the_size() {
-        let w = plan_group(0, &[item(0, 1000)], 4, true, SIZES);
+        let w = plan_group(0, &[item(0, 1000)], &one(4, true), SIZES);
         assert_eq!(w.len(), 4);
         assert!(w.iter().all(|x| x.imm.is_some()));
         assert_eq!(w.iter().map(|x| x.imm.unwrap_or(0)).sum::<u32>(), 1000);
@@ -286,7 +362,7 @@ mod tests {
     #[test]
     fn group_ends_with_the_sizes_write_after_all_data() {
         let items = [item(0, 10), item(1, 0), item(2, 300)];
-        let w = plan_group(2, &items, 2, false, SIZES);
+        let w = plan_group(2, &items, &one(2, false), SIZES);
         // Two data writes (the empty one is skipped) then the sizes, all on QP 0 (= 2 % 2).
         assert_eq!(w.len(), 3);
         assert!(w.iter().all(|x| x.qp == 0));
@@ -302,7 +378,7 @@ mod tests {
                 imm: Some(0)
             }
         );
-        let split = plan_group(2, &items, 2, true, SIZES);
+        let split = plan_group(2, &items, &one(2, true), SIZES);
         let finals: Vec<_> = split.iter().filter(|x| x.imm.is_some()).collect();
         assert_eq!(finals.len(), 2);
         assert_eq!(finals[0].len, 12);
@@ -310,6 +386,69 @@ mod tests {
         let last_data = split.iter().rposition(|x| x.imm.is_none()).unwrap();
         let first_final = split.iter().position(|x| x.imm.is_some()).unwrap();
         assert!(last_data < first_final);
+    }
+
+    #[test]
+    fn every_window_of_an_unsplit_virtual_nic_reaches_every_member_of_both_sides() {
+        for qpc in 1..=4 {
+            for l in 1..=MAX_DEVS {
+                for r in 1..=MAX_DEVS {
+                    let lay = QpLayout::new(qpc, false, l, r);
+                    assert_eq!(lay.nqps, qpc * l.max(r));
+                    for seq in 0..3 * qpc as u64 {
+                        let qps = lay.group_qps(seq);
+                        assert_eq!(qps.len(), l.max(r));
+                        assert!(qps.end <= lay.nqps);
+                        let mut local = vec![false; l];
+                        let mut remote = vec![false; r];
+                        for q in qps {
+                            local[lay.local_dev(q)] = true;
+                            remote[lay.remote_dev(q)] = true;
+                        }
+                        assert!(
+                            local.iter().chain(&remote).all(|x| *x),
+                            "{qpc} {l} {r} {seq}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_physical_connection_keeps_one_qp_per_group_in_turn() {
+        let lay = one(4, false);
+        let used: Vec<_> = (0..6).map(|s| lay.group_qps(s)).collect();
+        assert_eq!(used, vec![0..1, 1..2, 2..3, 3..4, 0..1, 1..2]);
+        assert_eq!(one(4, true).group_qps(9), 0..4);
+    }
+
+    #[test]
+    fn a_message_over_a_virtual_nic_is_cut_across_its_members_with_each_members_keys() {
+        // Two members on each side, one QP per pair: QP q runs member q to member q.
+        let lay = QpLayout::new(1, false, 2, 2);
+        let w = plan_group(7, &[item(0, 1000)], &lay, SIZES);
+        assert_eq!(w.len(), 2);
+        assert_eq!((w[0].qp, w[0].lkey, w[0].rkey), (0, 3, 4));
+        assert_eq!((w[1].qp, w[1].lkey, w[1].rkey), (1, 13, 14));
+        assert_eq!(w[0].len + w[1].len, 1000);
+        assert_eq!(w[1].remote_addr, 0x80_0000 + u64::from(w[0].len));
+        assert!(w.iter().all(|x| x.imm == Some(x.len)));
+        // Three receiver members, one sender member: QP q runs member 0 to member q.
+        let lay = QpLayout::new(1, false, 1, 3);
+        let items = [item(0, 10), item(1, 500)];
+        let w = plan_group(0, &items, &lay, SIZES);
+        for x in &w {
+            // One local member: data with the buffer's key 0, finals with the staging's key 0.
+            assert_eq!(x.lkey, if x.imm.is_some() { 1 } else { 3 });
+        }
+        let finals: Vec<_> = w.iter().filter(|x| x.imm.is_some()).collect();
+        assert_eq!(
+            finals.iter().map(|x| (x.qp, x.rkey)).collect::<Vec<_>>(),
+            vec![(0, 2), (1, 12), (2, 22)],
+            "each QP's final goes to the sizes FIFO with the key of the member it reaches"
+        );
+        assert_eq!(finals[0].len, 8, "two sizes on the group's first QP");
     }
 
     #[test]
@@ -325,7 +464,7 @@ mod tests {
                     let items: Vec<SendItem> = (0..MAX_RECVS)
                         .map(|i| item(i as u64, sizes[(seq as usize + i) % sizes.len()]))
                         .collect();
-                    for w in plan_group(seq, &items, nqps, split, SIZES) {
+                    for w in plan_group(seq, &items, &one(nqps, split), SIZES) {
                         per_qp[w.qp] += 1;
                         finals += u32::from(w.imm.is_some());
                     }
@@ -345,5 +484,18 @@ mod tests {
             assert!(SLOTS as u32 <= d.recv_wr);
         }
         assert_eq!(queue_depths(1).send_wr, 288);
+        // A virtual NIC's window: the same bound per QP, whatever the member counts.
+        for (qpc, l, r) in [(1, 2, 2), (2, 4, 1), (1, 8, 8), (3, 2, 5)] {
+            let lay = QpLayout::new(qpc, false, l, r);
+            let d = queue_depths(lay.nqps);
+            let mut per_qp = vec![0u32; lay.nqps];
+            for seq in 0..SLOTS as u64 {
+                let items: Vec<SendItem> = (0..MAX_RECVS).map(|i| item(i as u64, 4096)).collect();
+                for w in plan_group(seq, &items, &lay, SIZES) {
+                    per_qp[w.qp] += 1;
+                }
+            }
+            assert!(per_qp.iter().all(|n| *n <= d.send_wr));
+        }
     }
 }

@@ -8,12 +8,12 @@
 //! [`Kind::Ready`]. The connection then stays open for the comm's life as a liveness signal.
 
 use crate::handle::SECRET_SIZE;
-use crate::{MAGIC, MAX_QPS, WIRE_VERSION};
+use crate::{MAGIC, MAX_DEVS, MAX_QPS, WIRE_VERSION};
 use std::fmt;
 
 pub const HEADER: usize = 16;
 /// Largest body accepted; anything bigger is garbage.
-pub const MAX_BODY: usize = 80 + 4 * MAX_QPS + 1024;
+pub const MAX_BODY: usize = 80 + DEV_META_BYTES * MAX_DEVS + 4 * MAX_QPS + 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -35,22 +35,36 @@ impl Kind {
     }
 }
 
-/// One side's queue-pair metadata.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QpMeta {
-    /// QPs per connection and split mode: must agree on both sides.
-    pub nqps: u16,
-    pub split: bool,
+/// What the peer needs to reach one member device of a side (a physical device has one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevMeta {
     /// 1 = InfiniBand, 2 = Ethernet (RoCE), as verbs encodes it.
     pub link_layer: u8,
     pub port: u8,
-    pub mtu: u32,
     pub lid: u16,
+    pub mtu: u32,
     pub gid: [u8; 16],
     pub gid_index: u32,
-    /// Connect: the sender's CTS FIFO. Accept: the receiver's sizes FIFO.
-    pub mr_addr: u64,
+    /// The key of the side's protocol region (see [`QpMeta::mr_addr`]) on this device.
     pub mr_rkey: u32,
+}
+
+/// Bytes of one [`DevMeta`] on the wire.
+const DEV_META_BYTES: usize = 32;
+
+/// One side's queue-pair metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpMeta {
+    /// `NCCL_IB_QPS_PER_CONNECTION` and split mode: must agree on both sides.
+    pub qps_per_conn: u16,
+    pub split: bool,
+    /// The side's member devices, in member order (1 to [`MAX_DEVS`]).
+    pub devs: Vec<DevMeta>,
+    /// Connect: the sender's CTS FIFO. Accept: the receiver's sizes FIFO. Registered on every
+    /// member device, with the keys in `devs`.
+    pub mr_addr: u64,
+    /// The QPs, `qps_per_conn x max(this side's, the peer's member count)`; QP `q` is on member
+    /// `q % devs.len()`.
     pub qpns: Vec<u32>,
     /// Connect: the listener's secret from the handle (proves the connector holds the handle).
     /// Accept: zero.
@@ -108,19 +122,21 @@ fn header(kind: Kind, body_len: usize) -> Vec<u8> {
 }
 
 fn meta_body(m: &QpMeta) -> Vec<u8> {
-    let mut b = Vec::with_capacity(80 + 4 * m.qpns.len());
+    let mut b = Vec::with_capacity(32 + DEV_META_BYTES * m.devs.len() + 4 * m.qpns.len());
     b.extend_from_slice(&m.secret);
-    b.extend_from_slice(&m.nqps.to_le_bytes());
+    b.extend_from_slice(&m.qps_per_conn.to_le_bytes());
     b.push(u8::from(m.split));
-    b.push(m.link_layer);
-    b.push(m.port);
-    b.push(0);
-    b.extend_from_slice(&m.lid.to_le_bytes());
-    b.extend_from_slice(&m.mtu.to_le_bytes());
-    b.extend_from_slice(&m.gid);
-    b.extend_from_slice(&m.gid_index.to_le_bytes());
+    b.push(m.devs.len() as u8);
     b.extend_from_slice(&m.mr_addr.to_le_bytes());
-    b.extend_from_slice(&m.mr_rkey.to_le_bytes());
+    for d in &m.devs {
+        b.push(d.link_layer);
+        b.push(d.port);
+        b.extend_from_slice(&d.lid.to_le_bytes());
+        b.extend_from_slice(&d.mtu.to_le_bytes());
+        b.extend_from_slice(&d.gid);
+        b.extend_from_slice(&d.gid_index.to_le_bytes());
+        b.extend_from_slice(&d.mr_rkey.to_le_bytes());
+    }
     b.extend_from_slice(&(m.qpns.len() as u32).to_le_bytes());
     for q in &m.qpns {
         b.extend_from_slice(&q.to_le_bytes());
@@ -174,19 +190,37 @@ impl Cursor<'_> {
 fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
     let mut c = Cursor(body);
     let secret = c.take::<SECRET_SIZE>()?;
-    let nqps = c.u16()?;
+    let qps_per_conn = c.u16()?;
     let split = c.u8()? != 0;
-    let link_layer = c.u8()?;
-    let port = c.u8()?;
-    let _pad = c.u8()?;
-    let lid = c.u16()?;
-    let mtu = c.u32()?;
-    let gid = c.take::<16>()?;
-    let gid_index = c.u32()?;
+    let ndevs = usize::from(c.u8()?);
+    if ndevs == 0 || ndevs > MAX_DEVS {
+        return Err(WireError::Malformed("device count out of range"));
+    }
     let mr_addr = c.u64()?;
-    let mr_rkey = c.u32()?;
+    let mut devs = Vec::with_capacity(ndevs);
+    for _ in 0..ndevs {
+        let link_layer = c.u8()?;
+        let port = c.u8()?;
+        devs.push(DevMeta {
+            link_layer,
+            port,
+            lid: c.u16()?,
+            mtu: c.u32()?,
+            gid: c.take::<16>()?,
+            gid_index: c.u32()?,
+            mr_rkey: c.u32()?,
+        });
+    }
     let count = c.u32()? as usize;
-    if count == 0 || count > MAX_QPS || count != usize::from(nqps) {
+    // qps_per_conn QPs for each member of the larger side: a multiple of qps_per_conn, at
+    // least one per member of this side.
+    let qpc = usize::from(qps_per_conn);
+    if count == 0
+        || count > MAX_QPS
+        || qpc == 0
+        || count % qpc != 0
+        || !(ndevs..=MAX_DEVS).contains(&(count / qpc))
+    {
         return Err(WireError::Malformed(
             "QP count out of range or inconsistent",
         ));
@@ -199,16 +233,10 @@ fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
         return Err(WireError::Malformed("trailing bytes"));
     }
     Ok(QpMeta {
-        nqps,
+        qps_per_conn,
         split,
-        link_layer,
-        port,
-        mtu,
-        lid,
-        gid,
-        gid_index,
+        devs,
         mr_addr,
-        mr_rkey,
         qpns,
         secret,
     })
@@ -288,20 +316,37 @@ impl Reader {
 mod tests {
     use super::*;
 
-    fn meta(nqps: u16) -> QpMeta {
-        QpMeta {
-            nqps,
-            split: true,
+    fn dev(i: u8) -> DevMeta {
+        DevMeta {
             link_layer: 2,
             port: 1,
-            mtu: 4096,
             lid: 0,
-            gid: [7; 16],
+            mtu: 4096,
+            gid: [7 + i; 16],
             gid_index: 1,
+            mr_rkey: 42 + u32::from(i),
+        }
+    }
+
+    fn meta(nqps: u16) -> QpMeta {
+        QpMeta {
+            qps_per_conn: nqps,
+            split: true,
+            devs: vec![dev(0)],
             mr_addr: 0x1234_5678_9abc,
-            mr_rkey: 42,
             qpns: (0..u32::from(nqps)).map(|i| 100 + i).collect(),
             secret: [9; SECRET_SIZE],
+        }
+    }
+
+    /// A virtual NIC of `ndevs` members, `qpc` QPs per member pair against a peer of `peer`.
+    fn vmeta(qpc: u16, ndevs: u8, peer: u8) -> QpMeta {
+        let n = u32::from(qpc) * u32::from(ndevs.max(peer));
+        QpMeta {
+            qps_per_conn: qpc,
+            devs: (0..ndevs).map(dev).collect(),
+            qpns: (0..n).map(|i| 100 + i).collect(),
+            ..meta(1)
         }
     }
 
@@ -322,6 +367,8 @@ mod tests {
         for msg in [
             Msg::Connect(meta(1)),
             Msg::Accept(meta(128)),
+            Msg::Connect(vmeta(2, 8, 3)),
+            Msg::Accept(vmeta(1, 2, 8)),
             Msg::Ready,
             Msg::Reject("NCCL_IB_QPS_PER_CONNECTION differs: 2 here, 4 there".into()),
         ] {
@@ -366,6 +413,20 @@ mod tests {
         m.qpns.pop();
         let b = encode(&Msg::Connect(m));
         assert!(matches!(feed_bytewise(&b), Err(WireError::Malformed(_))));
+        // More members than QPs, or a QP count that is no multiple of the QPs per pair.
+        assert!(matches!(
+            feed_bytewise(&encode(&Msg::Connect(QpMeta {
+                devs: vec![dev(0), dev(1), dev(2)],
+                ..meta(2)
+            }))),
+            Err(WireError::Malformed(_))
+        ));
+        let mut m = vmeta(3, 2, 2);
+        m.qpns.pop();
+        assert!(matches!(
+            feed_bytewise(&encode(&Msg::Connect(m))),
+            Err(WireError::Malformed(_))
+        ));
         let mut b = encode(&Msg::Connect(meta(1)));
         b.truncate(b.len() - 2);
         let len = (b.len() - HEADER) as u32;

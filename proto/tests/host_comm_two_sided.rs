@@ -16,8 +16,8 @@ use ferro_proto::comm::recv::{CtsWrite, PostRecv, RecvBuf, RecvCore, RecvStep};
 use ferro_proto::comm::send::{ReadyGroup, SEND_REQS, SendCore, SendStep};
 use ferro_proto::comm::{CoreError, Done};
 use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE, FIFO_BYTES, SIZES_BYTES};
-use ferro_proto::plan::{self, SizesSlot};
-use ferro_proto::{MAX_RECVS, SLOTS};
+use ferro_proto::plan::{self, QpLayout, SizesSlot};
+use ferro_proto::{MAX_DEVS, MAX_RECVS, SLOTS};
 use proptest::prelude::*;
 use std::collections::VecDeque;
 
@@ -65,8 +65,9 @@ struct Op {
 
 /// The fake wire: both cores, the arena, per-QP queues in each direction.
 struct Wire {
+    /// The sender's view of the QPs (the receiver's has the member counts swapped).
+    layout: QpLayout,
     nqps: usize,
-    split: bool,
     arena: Arena,
     send: SendCore,
     recv: RecvCore,
@@ -107,6 +108,18 @@ fn pattern(group: usize, member: usize, i: usize) -> u8 {
 
 impl Wire {
     fn new(nqps: usize, split: bool, groups: Vec<Vec<Member>>, tags: usize) -> Wire {
+        Wire::with_layout(QpLayout::one_device(nqps, split), groups, tags)
+    }
+
+    /// A connection whose sides are (virtual) devices of `layout.local_devs` (sender) and
+    /// `layout.remote_devs` (receiver) members.
+    fn with_layout(layout: QpLayout, groups: Vec<Vec<Member>>, tags: usize) -> Wire {
+        let nqps = layout.nqps;
+        let recv_layout = QpLayout {
+            local_devs: layout.remote_devs,
+            remote_devs: layout.local_devs,
+            ..layout
+        };
         let mut next = 0u64;
         let mut take = |len: usize| {
             let a = next;
@@ -141,11 +154,11 @@ impl Wire {
             }
         }
         Wire {
+            layout,
             nqps,
-            split,
             arena,
-            send: SendCore::new(nqps, split),
-            recv: RecvCore::new(nqps, split),
+            send: SendCore::new(layout),
+            recv: RecvCore::new(recv_layout),
             fifo,
             cts_stage,
             sizes,
@@ -182,7 +195,7 @@ impl Wire {
                 addr: self.buf_addr[gi][mi],
                 size: m.capacity,
                 tag: m.tag,
-                rkey: 1,
+                rkeys: [1; MAX_DEVS],
             })
             .collect();
         match self.recv.irecv(&bufs).expect("irecv") {
@@ -251,10 +264,16 @@ impl Wire {
         let (arena, fifo) = (&self.arena, self.fifo as usize);
         let step = self
             .send
-            .isend(m.tag, m.sent, self.src_addr[gi][mi], 1, |seq, i| {
-                let at = fifo + fifo::entry_offset(seq, i);
-                CtsEntry::decode(&arena.read::<ENTRY_SIZE>(at), seq)
-            })
+            .isend(
+                m.tag,
+                m.sent,
+                self.src_addr[gi][mi],
+                [1; MAX_DEVS],
+                |seq, i| {
+                    let at = fifo + fifo::entry_offset(seq, i);
+                    CtsEntry::decode(&arena.read::<ENTRY_SIZE>(at), seq)
+                },
+            )
             .expect("isend");
         let req = match step {
             SendStep::Retry(_) => {
@@ -280,14 +299,14 @@ impl Wire {
         }
         let slot = SizesSlot {
             local_addr: self.sizes_stage + soff as u64,
-            lkey: 2,
+            lkeys: [2; MAX_DEVS],
             remote_addr: self.sizes + soff as u64,
-            rkey: 2,
+            rkeys: [2; MAX_DEVS],
         };
-        let writes = plan::plan_group(g.seq, g.items(), self.nqps, self.split, slot);
+        let writes = plan::plan_group(g.seq, g.items(), &self.layout, slot);
         assert_eq!(
             writes.iter().filter(|w| w.imm.is_some()).count(),
-            plan::group_qps(g.seq, self.nqps, self.split).len(),
+            self.layout.group_qps(g.seq).len(),
             "one signaled write per QP the group uses, as the core counts them"
         );
         for w in writes {
@@ -493,6 +512,22 @@ fn three_tag_groups(count: usize) -> Vec<Vec<Member>> {
 }
 
 #[test]
+fn virtual_nics_of_different_member_counts_land_every_byte_split_or_not() {
+    for (qpc, split, l, r) in [
+        (1, false, 2, 2),
+        (1, false, 2, 3),
+        (2, false, 3, 1),
+        (1, true, 2, 4),
+    ] {
+        let mut w = Wire::with_layout(QpLayout::new(qpc, split, l, r), three_tag_groups(40), 3);
+        let schedule: Vec<u32> = (0..6000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        w.run(&schedule, None);
+    }
+}
+
+#[test]
 fn one_tag_always_running_ahead_never_fails_and_lands_every_byte() {
     for (nqps, split) in [(1, false), (2, false), (4, false), (2, true), (4, true)] {
         let mut w = Wire::new(nqps, split, three_tag_groups(40), 3);
@@ -589,8 +624,9 @@ proptest! {
 
     #[test]
     fn any_interleaving_of_posts_sends_deliveries_and_acks_lands_every_message(
-        nqps in 1usize..=4,
+        qpc in 1usize..=4,
         split in any::<bool>(),
+        devs in prop::option::of((1usize..=3, 1usize..=3)),
         tags in 1usize..=4,
         shape in prop::collection::vec(prop::collection::vec((0u32..4, 0u32..200, 0u32..=130), 1..=MAX_RECVS), 1..45),
         schedule in prop::collection::vec(any::<u32>(), 0..1500),
@@ -604,7 +640,9 @@ proptest! {
                     .collect()
             })
             .collect();
-        let mut w = Wire::new(nqps, split, groups, tags);
+        // A physical pair, or virtual NICs of 1 to 3 members on either side.
+        let (l, r) = devs.unwrap_or((1, 1));
+        let mut w = Wire::with_layout(QpLayout::new(qpc, split, l, r), groups, tags);
         w.run(&schedule, runner.map(|r| r % tags));
     }
 }

@@ -26,8 +26,8 @@ use super::requests::RequestTable;
 use super::wr_id::{CTS_SIGNAL_EVERY, WrId};
 use super::{CommHealth, CoreError, Done};
 use crate::fifo::{CtsEntry, ENTRY_SIZE, FIFO_BYTES, entry_offset};
-use crate::plan;
-use crate::{MAX_RECVS, SLOTS};
+use crate::plan::QpLayout;
+use crate::{Keys, MAX_DEVS, MAX_RECVS, SLOTS};
 use std::ops::Range;
 
 /// Receive requests one comm can hold (receives and flushes together).
@@ -39,7 +39,8 @@ pub struct RecvBuf {
     pub addr: u64,
     pub size: u32,
     pub tag: i32,
-    pub rkey: u32,
+    /// The buffer's remote key on each member device of this side.
+    pub rkeys: Keys,
 }
 
 /// What the transport posts for a receive.
@@ -143,15 +144,15 @@ enum RecvReq {
         imm_sum: u32,
         done: Option<Done>,
     },
-    /// A flush: one RDMA READ on the loopback flush QP.
-    Flush { done: bool },
+    /// A flush: one RDMA READ on the loopback flush QP of each member device; done when all
+    /// of them completed.
+    Flush { remaining: u16 },
 }
 
 /// The receive side's state.
 #[derive(Debug)]
 pub struct RecvCore {
-    nqps: usize,
-    split: bool,
+    layout: QpLayout,
     reqs: RequestTable<RecvReq>,
     /// The next receive group.
     seq: u64,
@@ -168,10 +169,9 @@ pub struct RecvCore {
 }
 
 impl RecvCore {
-    pub fn new(nqps: usize, split: bool) -> RecvCore {
+    pub fn new(layout: QpLayout) -> RecvCore {
         RecvCore {
-            nqps: nqps.max(1),
-            split,
+            layout,
             reqs: RequestTable::new(RECV_REQS),
             seq: 0,
             posted: 0,
@@ -197,7 +197,7 @@ impl RecvCore {
         }
         let seq = self.seq;
         let n = bufs.len();
-        let qps = plan::group_qps(seq, self.nqps, self.split);
+        let qps = self.layout.group_qps(seq);
         let req = self.reqs.alloc(RecvReq::Recv {
             seq,
             n: n as u8,
@@ -208,7 +208,7 @@ impl RecvCore {
         let mut entries = [CtsEntry {
             seq: 0,
             addr: 0,
-            rkey: 0,
+            rkeys: [0; MAX_DEVS],
             size: 0,
             tag: 0,
             nreqs: 0,
@@ -218,7 +218,7 @@ impl RecvCore {
             *e = CtsEntry {
                 seq: seq + 1,
                 addr: b.addr,
-                rkey: b.rkey,
+                rkeys: b.rkeys,
                 size: b.size,
                 tag: b.tag,
                 nreqs: n as u16,
@@ -287,11 +287,14 @@ impl RecvCore {
         Some(CtsWrite::new(from, to, self.last_n, signaled))
     }
 
-    /// A flush request. A full table is an error, never a NULL request: NULL from `iflush`
-    /// means "nothing to flush", so NCCL would go on before the data is visible.
-    pub fn begin_flush(&mut self) -> Result<u32, CoreError> {
+    /// A flush request of `reads` RDMA READs (one per member device). A full table is an
+    /// error, never a NULL request: NULL from `iflush` means "nothing to flush", so NCCL would
+    /// go on before the data is visible.
+    pub fn begin_flush(&mut self, reads: u16) -> Result<u32, CoreError> {
         self.health.check()?;
-        let req = self.reqs.alloc(RecvReq::Flush { done: false })?;
+        let req = self.reqs.alloc(RecvReq::Flush {
+            remaining: reads.max(1),
+        })?;
         self.health.counters.requests += 1;
         Ok(req)
     }
@@ -346,8 +349,8 @@ impl RecvCore {
                 self.health.counters.bytes += sizes[..n].iter().map(|&s| u64::from(s)).sum::<u64>();
             }
             WrId::Flush { req } => {
-                if let Some(RecvReq::Flush { done }) = self.reqs.get_mut(req) {
-                    *done = true;
+                if let Some(RecvReq::Flush { remaining }) = self.reqs.get_mut(req) {
+                    *remaining = remaining.saturating_sub(1);
                 }
             }
             WrId::Cts { .. } | WrId::Send { .. } => {}
@@ -358,7 +361,7 @@ impl RecvCore {
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
         let done = match *self.reqs.in_flight_mut(req)? {
             RecvReq::Recv { done, .. } => done,
-            RecvReq::Flush { done } => done.then_some(Done::NOTHING),
+            RecvReq::Flush { remaining } => (remaining == 0).then_some(Done::NOTHING),
         };
         if done.is_some() {
             self.reqs.release(req);
@@ -399,7 +402,7 @@ mod tests {
                 addr: 0x1000 * (i as u64 + 1),
                 size: 64,
                 tag: i as i32,
-                rkey: 3,
+                rkeys: [3; MAX_DEVS],
             })
             .collect()
     }
@@ -413,7 +416,7 @@ mod tests {
 
     #[test]
     fn a_receive_becomes_one_entry_per_buffer_with_its_group_sequence() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         post(&mut c, 1);
         let p = post(&mut c, 3);
         assert_eq!(p.seq, 1);
@@ -425,16 +428,16 @@ mod tests {
 
     #[test]
     fn groups_use_one_qp_in_turn_or_every_qp_when_split() {
-        let mut c = RecvCore::new(4, false);
+        let mut c = RecvCore::new(QpLayout::one_device(4, false));
         let qps: Vec<_> = (0..5).map(|_| post(&mut c, 1).qps).collect();
         assert_eq!(qps, vec![0..1, 1..2, 2..3, 3..4, 0..1]);
-        let mut c = RecvCore::new(4, true);
+        let mut c = RecvCore::new(QpLayout::one_device(4, true));
         assert_eq!(post(&mut c, 1).qps, 0..4);
     }
 
     #[test]
     fn the_thirty_third_outstanding_receive_is_retried() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         let first = post(&mut c, 1);
         for _ in 1..SLOTS {
             post(&mut c, 1);
@@ -447,7 +450,7 @@ mod tests {
 
     #[test]
     fn a_split_receive_adds_the_immediates_of_every_qp() {
-        let mut c = RecvCore::new(3, true);
+        let mut c = RecvCore::new(QpLayout::one_device(3, true));
         let p = post(&mut c, 1);
         for imm in [128, 128, 44] {
             assert_eq!(c.take_done(p.req), Ok(None));
@@ -458,7 +461,7 @@ mod tests {
 
     #[test]
     fn a_grouped_receive_reads_its_sizes_once_when_it_finishes() {
-        let mut c = RecvCore::new(2, true);
+        let mut c = RecvCore::new(QpLayout::one_device(2, true));
         let p = post(&mut c, 3);
         let mut reads = 0;
         for _ in 0..2 {
@@ -477,7 +480,7 @@ mod tests {
 
     #[test]
     fn group_sizes_outside_one_to_eight_are_refused() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         assert!(matches!(c.irecv(&[]), Err(CoreError::Usage(_))));
         assert!(matches!(c.irecv(&bufs(9)), Err(CoreError::Usage(_))));
     }
@@ -491,7 +494,7 @@ mod tests {
 
     #[test]
     fn a_receive_on_an_idle_comm_is_announced_at_once() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         let p = post(&mut c, 2);
         let w = p.cts.clone().expect("written at once");
         assert_eq!((w.from, w.to), (0, 1));
@@ -504,7 +507,7 @@ mod tests {
 
     #[test]
     fn receives_posted_back_to_back_are_announced_in_writes_that_double() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         let written: Vec<Option<(u64, u64)>> = (0..SLOTS)
             .map(|_| post(&mut c, 3).cts.map(|w| (w.from, w.to)))
             .collect();
@@ -520,7 +523,7 @@ mod tests {
 
     #[test]
     fn a_coalesced_write_covers_whole_slots_up_to_the_last_groups_entries() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         for _ in 0..2 {
             post(&mut c, 1);
         }
@@ -540,7 +543,7 @@ mod tests {
 
     #[test]
     fn staged_entries_wait_while_the_sender_holds_more_and_go_out_when_it_holds_as_many() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         let posted: Vec<PostRecv> = (0..8).map(|_| post(&mut c, 1)).collect();
         assert_eq!((c.supply(), c.staged()), (8, 0));
         let more: Vec<PostRecv> = (0..2).map(|_| post(&mut c, 1)).collect();
@@ -558,7 +561,7 @@ mod tests {
 
     #[test]
     fn a_ping_pong_with_two_receives_ahead_writes_each_receive_at_once() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         let mut q: std::collections::VecDeque<PostRecv> = (0..2).map(|_| post(&mut c, 1)).collect();
         for _ in 0..50 {
             let p = q.pop_front().unwrap();
@@ -575,7 +578,7 @@ mod tests {
 
     #[test]
     fn with_thirty_two_kept_posted_each_write_carries_about_sixteen_groups() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         let mut q: std::collections::VecDeque<PostRecv> =
             (0..SLOTS).map(|_| post(&mut c, 1)).collect();
         let mut writes = 0;
@@ -600,7 +603,7 @@ mod tests {
 
     #[test]
     fn a_waiting_call_writes_every_staged_entry_whatever_the_supply() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         for _ in 0..10 {
             post(&mut c, 1);
         }
@@ -613,7 +616,7 @@ mod tests {
 
     #[test]
     fn a_run_that_wraps_around_the_ring_is_two_ranges() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         // Move the ring to slot 30: 30 groups posted and finished one at a time.
         for _ in 0..30 {
             let p = post(&mut c, 1);
@@ -639,7 +642,7 @@ mod tests {
         finish(&mut c, &p31);
         // Now force a run that wraps: finish everything, move to slot 31, stage 31..34.
         let slot = MAX_RECVS * ENTRY_SIZE;
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         for _ in 0..31 {
             let p = post(&mut c, 1);
             finish(&mut c, &p);
@@ -685,7 +688,7 @@ mod tests {
 
     #[test]
     fn one_clear_to_send_write_in_sixteen_is_signaled() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         let mut signaled = Vec::new();
         for i in 0..40 {
             let p = post(&mut c, 1);
@@ -701,7 +704,7 @@ mod tests {
 
     #[test]
     fn a_failed_comm_writes_no_clear_to_send() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         post(&mut c, 1);
         post(&mut c, 1);
         c.health.fail(crate::comm::Failure::remote("gone"));
@@ -710,12 +713,12 @@ mod tests {
 
     #[test]
     fn a_flush_with_a_full_table_is_an_error_not_a_null_request() {
-        let mut c = RecvCore::new(1, false);
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
         for _ in 0..RECV_REQS {
-            c.begin_flush().unwrap();
+            c.begin_flush(1).unwrap();
         }
         assert_eq!(
-            c.begin_flush(),
+            c.begin_flush(1),
             Err(CoreError::TableFull {
                 capacity: RECV_REQS
             })
@@ -723,9 +726,19 @@ mod tests {
     }
 
     #[test]
+    fn a_flush_over_two_devices_is_done_only_when_both_reads_completed() {
+        let mut c = RecvCore::new(QpLayout::new(1, false, 2, 2));
+        let f = c.begin_flush(2).unwrap();
+        c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
+        assert_eq!(c.take_done(f).unwrap(), None);
+        c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
+        assert_eq!(c.take_done(f).unwrap(), Some(Done::NOTHING));
+    }
+
+    #[test]
     fn a_flush_is_done_on_its_completion_and_reports_no_sizes() {
-        let mut c = RecvCore::new(1, false);
-        let f = c.begin_flush().unwrap();
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
+        let f = c.begin_flush(1).unwrap();
         assert_eq!(c.take_done(f), Ok(None));
         c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
         assert_eq!(c.take_done(f), Ok(Some(Done::NOTHING)));

@@ -18,8 +18,9 @@
 use super::requests::RequestTable;
 use super::wr_id::WrId;
 use super::{CommHealth, CoreError, Done};
+use crate::Keys;
 use crate::fifo::{self, CtsEntry};
-use crate::plan::{self, SendItem};
+use crate::plan::{QpLayout, SendItem};
 use crate::{MAX_RECVS, SLOTS};
 
 /// Send requests one comm can hold: NCCL may post `NCCL_NET_MAX_REQUESTS x maxRecvs` isends.
@@ -103,17 +104,16 @@ struct InFlight {
 
 const NO_ITEM: SendItem = SendItem {
     addr: 0,
-    lkey: 0,
+    lkeys: [0; crate::MAX_DEVS],
     size: 0,
     remote_addr: 0,
-    rkey: 0,
+    rkeys: [0; crate::MAX_DEVS],
 };
 
 /// The send side's state.
 #[derive(Debug)]
 pub struct SendCore {
-    nqps: usize,
-    split: bool,
+    layout: QpLayout,
     reqs: RequestTable<SendReq>,
     /// The head group: the next group to be matched.
     seq: u64,
@@ -128,10 +128,9 @@ pub struct SendCore {
 }
 
 impl SendCore {
-    pub fn new(nqps: usize, split: bool) -> SendCore {
+    pub fn new(layout: QpLayout) -> SendCore {
         SendCore {
-            nqps: nqps.max(1),
-            split,
+            layout,
             reqs: RequestTable::new(SEND_REQS),
             seq: 0,
             group: None,
@@ -149,13 +148,14 @@ impl SendCore {
 
     /// Matches one send. `read_entry(seq, i)` returns entry `i` of group `seq` from the FIFO if
     /// it is complete (see [`CtsEntry::decode`]); it is only called when a new group is opened.
-    /// `addr`/`lkey` name the caller's registered buffer (`lkey` 0 for an empty send).
+    /// `addr`/`lkeys` name the caller's registered buffer and its key on each member device
+    /// (zeros for an empty send).
     pub fn isend(
         &mut self,
         tag: i32,
         size: u32,
         addr: u64,
-        lkey: u32,
+        lkeys: Keys,
         mut read_entry: impl FnMut(u64, usize) -> Option<CtsEntry>,
     ) -> Result<SendStep, CoreError> {
         self.health.check()?;
@@ -201,10 +201,10 @@ impl SendCore {
         g.taken[i] = true;
         g.items[i] = SendItem {
             addr,
-            lkey,
+            lkeys,
             size,
             remote_addr: e.addr,
-            rkey: e.rkey,
+            rkeys: e.rkeys,
         };
         g.reqs[i] = req;
         if !g.taken[..g.n].iter().all(|t| *t) {
@@ -213,7 +213,7 @@ impl SendCore {
         }
         self.inflight[slot(g.seq)] = InFlight {
             seq: g.seq,
-            remaining: plan::group_qps(g.seq, self.nqps, self.split).len() as u32,
+            remaining: self.layout.group_qps(g.seq).len() as u32,
             reqs: g.reqs,
             n: g.n,
         };
@@ -353,7 +353,7 @@ mod tests {
             Some(CtsEntry {
                 seq: seq + 1,
                 addr: 0x1000_0000 * (seq + 1) + 0x1_0000 * i as u64,
-                rkey: 7,
+                rkeys: [7; crate::MAX_DEVS],
                 size,
                 tag,
                 nreqs: g.len() as u16,
@@ -363,8 +363,10 @@ mod tests {
     }
 
     fn send(core: &mut SendCore, fifo: &Fifo, tag: i32, size: u32) -> SendStep {
-        core.isend(tag, size, 0x42, 1, |s, i| fifo.read(s, i))
-            .unwrap()
+        core.isend(tag, size, 0x42, [1; crate::MAX_DEVS], |s, i| {
+            fifo.read(s, i)
+        })
+        .unwrap()
     }
 
     fn post_of(step: SendStep) -> ReadyGroup {
@@ -376,7 +378,7 @@ mod tests {
 
     #[test]
     fn a_send_before_the_clear_to_send_is_retried() {
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         let fifo = Fifo { groups: vec![] };
         assert_eq!(
             send(&mut c, &fifo, 0, 8),
@@ -391,7 +393,7 @@ mod tests {
         let fifo = Fifo {
             groups: vec![vec![(1, 64), (2, 64)], vec![(1, 64), (2, 64)]],
         };
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         assert!(matches!(
             send(&mut c, &fifo, 1, 64),
             SendStep::Matched { .. }
@@ -413,7 +415,7 @@ mod tests {
         let fifo = Fifo {
             groups: vec![vec![(5, 10), (9, 10), (5, 20)]],
         };
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         send(&mut c, &fifo, 5, 1);
         send(&mut c, &fifo, 9, 2);
         let g = post_of(send(&mut c, &fifo, 5, 3));
@@ -428,7 +430,7 @@ mod tests {
         let fifo = Fifo {
             groups: vec![vec![(0, 10)], vec![(0, 10)]],
         };
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         let g = post_of(send(&mut c, &fifo, 0, 11));
         assert_eq!(g.items()[0].size, 10, "only the posted size is written");
         assert_eq!(
@@ -458,7 +460,7 @@ mod tests {
         let fifo = Fifo {
             groups: vec![vec![(1, 8)]],
         };
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         send(&mut c, &fifo, 1, 8);
         send(&mut c, &fifo, 1, 8);
         let n = c.health.counters;
@@ -466,7 +468,7 @@ mod tests {
         let fifo = Fifo {
             groups: vec![vec![(1, 8), (2, 8)]],
         };
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         send(&mut c, &fifo, 1, 8);
         send(&mut c, &fifo, 1, 8);
         let n = c.health.counters;
@@ -478,7 +480,7 @@ mod tests {
         let fifo = Fifo {
             groups: vec![vec![(0, 0), (1, 100)]],
         };
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         send(&mut c, &fifo, 0, 0);
         let g = post_of(send(&mut c, &fifo, 1, 100));
         assert_eq!(g.items()[0].size, 0);
@@ -489,7 +491,7 @@ mod tests {
         let fifo = Fifo {
             groups: vec![vec![(0, 4096)]],
         };
-        let mut c = SendCore::new(4, true);
+        let mut c = SendCore::new(QpLayout::one_device(4, true));
         let SendStep::Post { req, group } = send(&mut c, &fifo, 0, 4096) else {
             panic!("single-buffer group posts at once")
         };
@@ -511,7 +513,7 @@ mod tests {
             groups: (0..=SLOTS).map(|_| vec![(0, 8)]).collect(),
         };
         // Two QPs unsplit: groups alternate QPs; group 0's completion is held back.
-        let mut c = SendCore::new(2, false);
+        let mut c = SendCore::new(QpLayout::one_device(2, false));
         let mut reqs = Vec::new();
         for k in 0..SLOTS as u64 {
             let SendStep::Post { req, group } = send(&mut c, &fifo, 0, 8) else {
@@ -536,7 +538,7 @@ mod tests {
         let fifo = Fifo {
             groups: vec![vec![(0, 8)]],
         };
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         let SendStep::Post { req, .. } = send(&mut c, &fifo, 0, 8) else {
             panic!()
         };
@@ -547,7 +549,7 @@ mod tests {
     #[test]
     fn a_comm_waiting_for_the_clear_to_send_reports_a_stall_that_says_so() {
         let fifo = Fifo { groups: vec![] };
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         c.health.set_stall_threshold(Duration::from_secs(60));
         send(&mut c, &fifo, 0, 8);
         let waiting = c.is_waiting();
@@ -568,13 +570,13 @@ mod tests {
     #[test]
     fn a_partly_written_group_is_not_opened() {
         // Entry 1 of the group is missing (torn or not yet arrived).
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         let r = c
-            .isend(0, 8, 0, 1, |s, i| {
+            .isend(0, 8, 0, [1; crate::MAX_DEVS], |s, i| {
                 (i == 0).then_some(CtsEntry {
                     seq: s + 1,
                     addr: 1,
-                    rkey: 1,
+                    rkeys: [1; crate::MAX_DEVS],
                     size: 8,
                     tag: 0,
                     nreqs: 2,
@@ -590,10 +592,10 @@ mod tests {
         let fifo = Fifo {
             groups: vec![vec![(0, 8)]],
         };
-        let mut c = SendCore::new(1, false);
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
         c.health.fail(Failure::remote("peer gone"));
         assert!(matches!(
-            c.isend(0, 8, 0, 1, |s, i| fifo.read(s, i)),
+            c.isend(0, 8, 0, [1; crate::MAX_DEVS], |s, i| fifo.read(s, i)),
             Err(CoreError::Failed(_))
         ));
     }
