@@ -25,6 +25,8 @@ pub struct Config {
     pub qps_per_connection: u16,
     /// `NCCL_IB_SPLIT_DATA_ON_QPS`.
     pub split_data_on_qps: bool,
+    /// `NCCL_IB_MERGE_NICS`: whether `makeVDevice` may fuse devices into a virtual NIC.
+    pub merge_nics: bool,
     /// `NCCL_IB_TIMEOUT` (ACK timeout exponent, 1..=31).
     pub timeout: u8,
     /// `NCCL_IB_RETRY_CNT` (0..=7).
@@ -171,6 +173,7 @@ impl Default for Config {
             disable: false,
             qps_per_connection: 1,
             split_data_on_qps: false,
+            merge_nics: true,
             timeout: 20,
             retry_cnt: 7,
             traffic_class: 0,
@@ -231,6 +234,7 @@ impl Config {
         let qps_per_connection =
             int_in(get, &mut w, "NCCL_IB_QPS_PER_CONNECTION", 1, 1, 128) as u16;
         let split_data_on_qps = int_in(get, &mut w, "NCCL_IB_SPLIT_DATA_ON_QPS", 0, 0, 1) == 1;
+        let merge_nics = int_in(get, &mut w, "NCCL_IB_MERGE_NICS", 1, 0, 1) == 1;
         let timeout = int_in(get, &mut w, "NCCL_IB_TIMEOUT", i64::from(d.timeout), 1, 31) as u8;
         let retry_cnt = int_in(
             get,
@@ -305,6 +309,7 @@ impl Config {
             disable,
             qps_per_connection,
             split_data_on_qps,
+            merge_nics,
             timeout,
             retry_cnt,
             traffic_class,
@@ -377,7 +382,8 @@ impl Config {
             range,
             self.roce_version
         ) + &format!(
-            " NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} NCCL_IB_USE_INLINE={} FERRO_FLUSH_HOST={} FERRO_STALL_WARN_S={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
+            " NCCL_IB_MERGE_NICS={} NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} NCCL_IB_USE_INLINE={} FERRO_FLUSH_HOST={} FERRO_STALL_WARN_S={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
+            u8::from(self.merge_nics),
             self.relaxed_ordering,
             u8::from(self.gdr_flush_disable),
             u8::from(self.use_inline),

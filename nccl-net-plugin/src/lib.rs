@@ -18,6 +18,7 @@ pub mod profiler;
 mod shim;
 pub mod stats;
 pub mod transport;
+pub mod vnic;
 
 pub use ferro_ffi as ffi;
 

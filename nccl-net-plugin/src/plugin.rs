@@ -326,25 +326,6 @@ pub fn get() -> Result<&'static Plugin> {
     }
 }
 
-/// Number of devices (0 when init failed or was not called).
-pub fn device_count() -> usize {
-    get().map_or(0, |p| p.devices.len())
-}
-
-/// The device with NCCL index `dev`.
-pub fn device(dev: i32) -> Result<&'static NetDevice> {
-    let p = get()?;
-    usize::try_from(dev)
-        .ok()
-        .and_then(|i| p.devices.get(i))
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "device index {dev} out of range (have {})",
-                p.devices.len()
-            ))
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -893,7 +893,7 @@ fn a_child_forked_after_registration_does_not_disturb_the_parents_transfers() {
 #[test]
 fn a_client_with_the_wrong_listen_secret_is_refused_while_the_real_peer_connects() {
     use ferro_proto::handle;
-    use ferro_proto::wire::{self, Msg, QpMeta};
+    use ferro_proto::wire::{self, DevMeta, Msg, QpMeta};
     use std::io::{Read as _, Write as _};
     in_guest();
     let dev = test_dev();
@@ -909,16 +909,18 @@ fn a_client_with_the_wrong_listen_secret_is_refused_while_the_real_peer_connects
     let mut secret = handle::secret(&h);
     secret[0] ^= 0xff;
     let forged = Msg::Connect(QpMeta {
-        nqps: 1,
+        qps_per_conn: 1,
         split: false,
-        link_layer: 2,
-        port: 1,
-        mtu: 1024,
-        lid: 0,
-        gid: [0; 16],
-        gid_index: 1,
+        devs: vec![DevMeta {
+            link_layer: 2,
+            port: 1,
+            lid: 0,
+            mtu: 1024,
+            gid: [0; 16],
+            gid_index: 1,
+            mr_rkey: 1,
+        }],
         mr_addr: 0x1000,
-        mr_rkey: 1,
         qpns: vec![17],
         secret,
     });

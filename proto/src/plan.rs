@@ -65,6 +65,11 @@ impl QpLayout {
         QpLayout::new(nqps, split, 1, 1)
     }
 
+    /// `NCCL_IB_QPS_PER_CONNECTION` as the layout was built with.
+    pub fn qps_per_conn(&self) -> usize {
+        self.nqps / self.local_devs.max(self.remote_devs).max(1)
+    }
+
     /// QPs one message is spread over when not split: one per member of the larger side.
     pub fn data_qps(&self) -> usize {
         self.local_devs

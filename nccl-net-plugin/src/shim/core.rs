@@ -41,7 +41,7 @@ impl SizeArg for usize {
 
 /// Checks one request buffer's size against what one request carries on `dev` (its
 /// `maxP2pBytes`): a size that does not fit is an error naming it, never a truncation.
-fn request_bytes<S: SizeArg>(dev: &plugin::NetDevice, what: &str, size: S) -> Result<u32> {
+fn request_bytes<S: SizeArg>(dev: &crate::vnic::VDevice, what: &str, size: S) -> Result<u32> {
     let bytes = size
         .bytes()
         .ok_or_else(|| Error::Usage(format!("{what} has negative size {size}")))?;
@@ -49,7 +49,7 @@ fn request_bytes<S: SizeArg>(dev: &plugin::NetDevice, what: &str, size: S) -> Re
     if bytes > max {
         return Err(Error::Usage(format!(
             "{what} of {bytes} bytes exceeds what one request carries on {} ({max} bytes, the maxP2pBytes reported for the device)",
-            dev.ibdev
+            dev.label()
         )));
     }
     u32::try_from(bytes).map_err(|_| {
@@ -68,13 +68,47 @@ pub(super) fn init(logger: ncclDebugLogger_t, profiler: ncclProfilerCallback_t) 
 }
 
 pub(super) fn devices(ndev: *mut c_int) -> Result<()> {
-    let n = c_int::try_from(plugin::device_count()).unwrap_or(c_int::MAX);
+    let n = c_int::try_from(crate::vnic::count()).unwrap_or(c_int::MAX);
     out("ndev", ndev, n)
 }
 
 /// The properties every version's layout is filled from.
 pub(super) fn properties(dev: c_int) -> Result<DeviceProps> {
-    Ok(plugin::device(dev)?.properties())
+    Ok(crate::vnic::get(dev)?.properties())
+}
+
+/// `makeVDevice` (v9+): fuses the physical devices `devs[0..ndevs]` into a virtual NIC and
+/// writes its index to `*d`. `max_members` is the version's limit (its `devs` array length).
+pub(super) fn make_vdevice(
+    d: *mut c_int,
+    ndevs: c_int,
+    devs: &[c_int],
+    max_members: usize,
+) -> Result<()> {
+    if d.is_null() {
+        return Err(Error::Usage("makeVDevice with d NULL".into()));
+    }
+    let n = usize::try_from(ndevs)
+        .ok()
+        .filter(|n| (1..=devs.len().min(max_members)).contains(n))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "makeVDevice with ndevs={ndevs} (this ABI version takes 1 to {max_members})"
+            ))
+        })?;
+    let index = crate::vnic::make(&devs[..n], max_members)?;
+    out("d", d, c_int::try_from(index).unwrap_or(c_int::MAX))
+}
+
+/// A memory handle must have been registered on the comm's own device(s).
+fn check_fits(c: &transport::Comm, m: Option<&transport::MrHandle>) -> Result<()> {
+    match m {
+        Some(m) if !m.fits(c) => Err(Error::Usage(format!(
+            "{}: memory handle registered on another device than the comm's",
+            c.device().label()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn handle_mut<'a>(handle: *mut c_void) -> Result<&'a mut [u8; HANDLE_SIZE]> {
@@ -201,6 +235,7 @@ pub(super) fn isend<S: SizeArg>(
     let c = unsafe { transport::comm_ref(send_comm) }?;
     // SAFETY: NCCL passes NULL or an mhandle of ours (checked by its magic).
     let m = unsafe { transport::mr_ref(mhandle) }?;
+    check_fits(c, m)?;
     let size = request_bytes(c.device(), "isend", size)?;
     let r = c.isend(data as u64, size, tag, m)?;
     crate::profiler::on_post(c, r, &[phandle], &[size], true);
@@ -246,7 +281,7 @@ pub(super) fn irecv<S: SizeArg>(
         addr: 0,
         size: 0,
         tag: 0,
-        rkey: 0,
+        rkeys: [0; ferro_proto::MAX_DEVS],
     }; plugin::MAX_RECVS];
     let mut ph = [core::ptr::null_mut(); plugin::MAX_RECVS];
     for (i, buf) in bufs.iter_mut().enumerate().take(n) {
@@ -259,9 +294,10 @@ pub(super) fn irecv<S: SizeArg>(
         let s = request_bytes(c.device(), "irecv buffer", s)?;
         // SAFETY: NULL or an mhandle of ours (checked by its magic).
         let m = unsafe { transport::mr_ref(m) }?;
-        let rkey = match (s, m) {
-            (_, Some(m)) => m.rkey(),
-            (0, None) => 0,
+        check_fits(c, m)?;
+        let rkeys = match (s, m) {
+            (_, Some(m)) => m.rkeys(),
+            (0, None) => [0; ferro_proto::MAX_DEVS],
             (_, None) => {
                 return Err(Error::Usage(format!(
                     "irecv buffer {i} of {s} bytes without a memory handle"
@@ -272,7 +308,7 @@ pub(super) fn irecv<S: SizeArg>(
             addr: d as u64,
             size: s,
             tag: t,
-            rkey,
+            rkeys,
         };
     }
     let r = c.irecv(&bufs[..n])?;

@@ -16,6 +16,32 @@ unsafe extern "C" fn devices(ndev: *mut c_int) -> ncclResult_t {
     boundary("devices", || core::devices(ndev))
 }
 
+/// `makeVDevice` of v9, v10 and v11 (up to 4 members).
+unsafe extern "C" fn make_vdevice_v9(
+    d: *mut c_int,
+    props: *mut ncclNetVDeviceProps_v9_t,
+) -> ncclResult_t {
+    boundary("makeVDevice", || {
+        // SAFETY: NCCL passes its props struct, valid for the call (checked non-NULL).
+        let p = unsafe { props.as_ref() }
+            .ok_or_else(|| Error::Usage("makeVDevice with props NULL".into()))?;
+        core::make_vdevice(d, p.ndevs, &p.devs, p.devs.len())
+    })
+}
+
+/// `makeVDevice` of v12 (up to 8 members).
+unsafe extern "C" fn make_vdevice_v12(
+    d: *mut c_int,
+    props: *mut ncclNetVDeviceProps_v12_t,
+) -> ncclResult_t {
+    boundary("makeVDevice", || {
+        // SAFETY: NCCL passes its props struct, valid for the call (checked non-NULL).
+        let p = unsafe { props.as_ref() }
+            .ok_or_else(|| Error::Usage("makeVDevice with props NULL".into()))?;
+        core::make_vdevice(d, p.ndevs, &p.devs, p.devs.len())
+    })
+}
+
 unsafe extern "C" fn accept(
     listen_comm: *mut c_void,
     recv_comm: *mut *mut c_void,
@@ -490,8 +516,7 @@ pub(crate) const TABLE_V9: ncclNet_v9_t = ncclNet_v9_t {
     closeListen: Some(close_listen),
     getDeviceMr: None,
     irecvConsumed: None,
-    // Virtual devices are not offered yet: NCCL never calls a NULL makeVDevice.
-    makeVDevice: None,
+    makeVDevice: Some(make_vdevice_v9),
 };
 
 pub(crate) const TABLE_V10: ncclNet_v10_t = ncclNet_v10_t {
@@ -514,7 +539,7 @@ pub(crate) const TABLE_V10: ncclNet_v10_t = ncclNet_v10_t {
     closeListen: Some(close_listen),
     getDeviceMr: None,
     irecvConsumed: None,
-    makeVDevice: None,
+    makeVDevice: Some(make_vdevice_v9),
 };
 
 pub(crate) const TABLE_V11: ncclNet_v11_t = ncclNet_v11_t {
@@ -537,7 +562,7 @@ pub(crate) const TABLE_V11: ncclNet_v11_t = ncclNet_v11_t {
     closeListen: Some(close_listen),
     getDeviceMr: None,
     irecvConsumed: None,
-    makeVDevice: None,
+    makeVDevice: Some(make_vdevice_v9),
     finalize: Some(finalize),
     setNetAttr: Some(set_net_attr),
 };
@@ -562,7 +587,7 @@ pub(crate) const TABLE_V12: ncclNet_v12_t = ncclNet_v12_t {
     closeListen: Some(close_listen),
     getDeviceMr: None,
     irecvConsumed: None,
-    makeVDevice: None,
+    makeVDevice: Some(make_vdevice_v12),
     finalize: Some(finalize),
     setNetAttr: Some(set_net_attr),
 };

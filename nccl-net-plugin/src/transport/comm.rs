@@ -5,11 +5,12 @@
 //! `test` is shared by both sides: take the request if it is done, else drain the CQ into the
 //! core, take it again, and every so many unfinished calls look at the out-of-band socket.
 
-use super::endpoint::{Endpoint, FlushQp, RegBuf};
+use super::endpoint::{Endpoint, FlushQp, Rail, RegBuf};
 use super::handles::{ObjectKind, ReqHandle};
 use crate::error::{Error, Result};
 use crate::warn;
 use ferro_ffi::log_flags::NET;
+use ferro_proto::Keys;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::comm::{CommHealth, CoreError, Done, Failure, FailureKind};
@@ -25,7 +26,8 @@ use std::time::{Duration, Instant};
 pub(super) struct SenderMem {
     pub(super) fifo: RegBuf,
     pub(super) sizes_stage: RegBuf,
-    pub(super) peer_sizes: (u64, u32),
+    /// The peer's sizes FIFO: its address and its key on each of the peer's members.
+    pub(super) peer_sizes: (u64, Keys),
     /// Buffers reused by every group's posts, so the data path allocates nothing once they
     /// have grown to their working size. Only locked while the core's lock is held.
     pub(super) scratch: Mutex<SendScratch>,
@@ -50,7 +52,8 @@ unsafe impl Send for SendScratch {}
 pub(super) struct ReceiverMem {
     pub(super) cts_stage: RegBuf,
     pub(super) sizes: RegBuf,
-    pub(super) peer_fifo: (u64, u32),
+    /// The peer's CTS FIFO: its address and its key on each of the peer's members.
+    pub(super) peer_fifo: (u64, Keys),
 }
 
 /// Which side a comm is, with that side's memory and protocol core.
@@ -67,9 +70,10 @@ pub(super) enum Side {
     Receiver {
         mem: ReceiverMem,
         core: Mutex<RecvCore>,
-        /// With GPUDirect RDMA (or `FERRO_FLUSH_HOST`): a QP connected to itself, used to read
-        /// back one byte of received data so it is visible before NCCL consumes it.
-        flush: Option<FlushQp>,
+        /// With GPUDirect RDMA (or `FERRO_FLUSH_HOST`): per member device, a QP connected to
+        /// itself, used to read back one byte of received data so it is visible before NCCL
+        /// consumes it (empty: no flushing).
+        flush: Vec<FlushQp>,
     },
 }
 
@@ -81,8 +85,6 @@ pub struct Comm {
     pub(super) magic: u64,
     pub(super) ep: Endpoint,
     pub(super) side: Side,
-    /// `NCCL_IB_SPLIT_DATA_ON_QPS` as agreed during the handshake.
-    pub(super) split: bool,
     pub(super) sock: TcpStream,
     pub(super) peer: SocketAddr,
     handles: Box<[ReqHandle]>,
@@ -208,9 +210,14 @@ pub(super) fn retry_answer<C: CoreOps, T>(core: &C) -> Result<Option<T>> {
 }
 
 impl Comm {
-    /// The device this comm's QPs are on.
-    pub fn device(&self) -> &'static crate::plugin::NetDevice {
-        self.ep.dev
+    /// The (virtual) device this comm's QPs are on.
+    pub fn device(&self) -> &'static crate::vnic::VDevice {
+        self.ep.vdev
+    }
+
+    /// Work completions polled so far on each member device's CQ, in member order.
+    pub fn completions_per_device(&self) -> Vec<u64> {
+        self.ep.rails.iter().map(|r| r.completions()).collect()
     }
 
     /// The traffic class each of the comm's QPs was given, as the kernel reports it back.
@@ -234,13 +241,7 @@ impl Comm {
     /// A new comm on the heap, handed over as a raw pointer from the start: the request
     /// handles hold back-pointers to it, so it is only ever written through that pointer, never
     /// through a `Box` or `&mut` that would invalidate them.
-    pub(super) fn create(
-        ep: Endpoint,
-        side: Side,
-        split: bool,
-        sock: TcpStream,
-        peer: SocketAddr,
-    ) -> CommPtr {
+    pub(super) fn create(ep: Endpoint, side: Side, sock: TcpStream, peer: SocketAddr) -> CommPtr {
         let (kind, nreq) = match side {
             Side::Sender { .. } => (ObjectKind::SendComm, ferro_proto::comm::send::SEND_REQS),
             Side::Receiver { .. } => (ObjectKind::RecvComm, ferro_proto::comm::recv::RECV_REQS),
@@ -249,7 +250,6 @@ impl Comm {
             magic: kind.magic(),
             ep,
             side,
-            split,
             sock,
             peer,
             handles: Box::new([]),
@@ -266,10 +266,7 @@ impl Comm {
     }
 
     pub(super) fn describe(&self) -> String {
-        format!(
-            "{}:{} peer {}",
-            self.ep.dev.ibdev, self.ep.dev.port, self.peer
-        )
+        format!("{} peer {}", self.ep.vdev.label(), self.peer)
     }
 
     pub(super) fn req_ptr(&self, idx: u32) -> *mut ReqHandle {
@@ -285,13 +282,24 @@ impl Comm {
         core_error(self, e)
     }
 
-    /// Drains the CQ, handing each successful completion to `on_wc`; a failed completion
-    /// becomes the comm's sticky failure.
+    /// Drains every member device's CQ, handing each successful completion to `on_wc`; a
+    /// failed completion becomes the comm's sticky failure.
     pub(super) fn poll<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+        for rail in &self.ep.rails {
+            self.poll_rail(rail, core, &mut on_wc);
+        }
+    }
+
+    fn poll_rail<C: CoreOps>(
+        &self,
+        rail: &Rail,
+        core: &mut C,
+        on_wc: &mut impl FnMut(&mut C, &ibv_wc),
+    ) {
         let mut wcs = [ibv_wc::default(); 16];
         loop {
             core.health_mut().counters.polls += 1;
-            let n = match self.ep.cq.poll(&mut wcs) {
+            let n = match rail.cq.poll(&mut wcs) {
                 Ok(0) => {
                     core.health_mut().counters.empty_polls += 1;
                     0
@@ -303,13 +311,16 @@ impl Comm {
                     return;
                 }
             };
+            rail.count_completions(n);
             for wc in &wcs[..n] {
                 if wc.status == IBV_WC_SUCCESS {
                     on_wc(core, wc);
                 } else {
                     core.health_mut().fail(Failure::remote(format!(
-                        "{}: work completion failed: {} (status {}, vendor error {:#x}, opcode {}, QP {})",
+                        "{}: work completion failed on {}:{}: {} (status {}, vendor error {:#x}, opcode {}, QP {})",
                         self.describe(),
+                        rail.dev.ibdev,
+                        rail.dev.port,
                         wc_status_name(wc.status),
                         wc.status,
                         wc.vendor_err,

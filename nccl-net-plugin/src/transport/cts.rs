@@ -22,6 +22,9 @@ use std::sync::Mutex;
 /// lock is held is live.
 static RECEIVERS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
+/// The QP that carries clear-to-send writes.
+const CTS_QP: usize = 0;
+
 /// Adds a receive comm (at creation, at its final heap address).
 pub(super) fn register(comm: *const Comm) {
     if let Ok(mut l) = RECEIVERS.lock() {
@@ -61,8 +64,9 @@ pub(super) fn flush_others(current: *const Comm) {
 
 impl Comm {
     /// Posts one clear-to-send write: one work request per byte range (two when the run
-    /// wraps around the ring), chained in one `ibv_post_send` on QP 0. A failed post becomes
-    /// the comm's sticky failure.
+    /// wraps around the ring), chained in one `ibv_post_send` on QP 0 (from this side's first
+    /// member to the sender's first member, whose FIFO key is used). A failed post becomes the
+    /// comm's sticky failure.
     pub(super) fn post_cts(
         &self,
         mem: &ReceiverMem,
@@ -76,7 +80,7 @@ impl Comm {
             sges[n] = ibv_sge {
                 addr: mem.cts_stage.addr(r.start),
                 length: r.len() as u32,
-                lkey: mem.cts_stage.mr.lkey(),
+                lkey: mem.cts_stage.lkey(self.ep.layout.local_dev(CTS_QP)),
             };
             wrs[n] = ibv_send_wr {
                 wr_id: w.wr_id(),
@@ -86,7 +90,7 @@ impl Comm {
             };
             wrs[n].wr.rdma = ibv_rdma_info {
                 remote_addr: mem.peer_fifo.0 + r.start as u64,
-                rkey: mem.peer_fifo.1,
+                rkey: mem.peer_fifo.1[self.ep.layout.remote_dev(CTS_QP)],
             };
             n += 1;
         }
@@ -114,7 +118,7 @@ impl Comm {
         // SAFETY: the SGEs name this comm's registered clear-to-send staging, whose bytes for
         // these groups stay as they are until the groups complete (32 receives later at the
         // earliest); the chain lives on this stack frame for the duration of the call.
-        match unsafe { self.ep.qps[0].post_send(&mut wrs[0]) } {
+        match unsafe { self.ep.qps[CTS_QP].post_send(&mut wrs[0]) } {
             Ok(()) => Ok(()),
             Err(e) => {
                 let f = core.health.fail(Failure::system(format!(

@@ -1,15 +1,19 @@
-//! One side's verbs resources for a connection: its RC queue pairs on one CQ, how they are
-//! brought to INIT, RTR and RTS against the peer's, the loopback QP used for flushes, and the
-//! small registered host buffers the protocol keeps (FIFOs, sizes, flush landing).
+//! One side's verbs resources for a connection: its RC queue pairs over the member devices of
+//! its (virtual) device, one CQ per member, how they are brought to INIT, RTR and RTS against
+//! the peer's, the loopback QPs used for flushes, and the small registered host buffers the
+//! protocol keeps (FIFOs, sizes, flush landing), registered on every member.
 
 use crate::error::{Error, Result};
 use crate::events::{self, DeviceEvents};
 use crate::plugin::{self, NetDevice};
-use ferro_proto::plan;
-use ferro_proto::wire::QpMeta;
+use crate::vnic::VDevice;
+use ferro_proto::Keys;
+use ferro_proto::plan::{self, QpLayout};
+use ferro_proto::wire::{DevMeta, QpMeta};
 use ferro_verbs::sys::*;
 use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Path MTU code (`IBV_MTU_*`) for a byte count.
 fn mtu_code(bytes: u32) -> u32 {
@@ -22,15 +26,40 @@ fn mtu_code(bytes: u32) -> u32 {
     }
 }
 
-/// Verbs resources of one side of a connection.
+/// One member device's share of an endpoint: its protection domain, the CQ its QPs complete
+/// on, and its asynchronous events.
 #[derive(Debug)]
-pub(super) struct Endpoint {
+pub(super) struct Rail {
     pub(super) dev: &'static NetDevice,
-    pub(super) qps: Vec<Qp>,
-    pub(super) cq: Arc<Cq>,
     pub(super) pd: Arc<Pd>,
+    pub(super) cq: Arc<Cq>,
     /// The device's asynchronous events (port down, QP/CQ errors), checked while comms wait.
     pub(super) events: Arc<DeviceEvents>,
+    /// Work completions polled from `cq` (which members carry a connection's traffic).
+    completions: AtomicU64,
+}
+
+impl Rail {
+    pub(super) fn count_completions(&self, n: usize) {
+        if n > 0 {
+            self.completions.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn completions(&self) -> u64 {
+        self.completions.load(Ordering::Relaxed)
+    }
+}
+
+/// Verbs resources of one side of a connection, over every member device of its (virtual)
+/// device: QP `q` is on rail `q % rails.len()` and reaches the peer's member
+/// `q % layout.remote_devs` (see [`QpLayout`]).
+#[derive(Debug)]
+pub(super) struct Endpoint {
+    pub(super) vdev: &'static VDevice,
+    pub(super) rails: Vec<Rail>,
+    pub(super) qps: Vec<Qp>,
+    pub(super) layout: QpLayout,
     /// RoCE traffic class of this connection's QPs: `NCCL_IB_TC`, or the communicator's own.
     pub(super) traffic_class: u8,
     /// Bytes a work request may carry inline on these QPs (`NCCL_IB_USE_INLINE=1`: one
@@ -40,12 +69,15 @@ pub(super) struct Endpoint {
 }
 
 impl Endpoint {
-    /// `nqps` RC QPs in INIT on one CQ of the device's protection domain, their queues sized for
-    /// the worst case the advertised limits allow ([`plan::queue_depths`]).
-    pub(super) fn new(dev: &'static NetDevice, nqps: usize, traffic_class: u8) -> Result<Endpoint> {
-        let pd = dev.pd().clone();
-        let depths = plan::queue_depths(nqps);
-        let cq = Cq::new(&dev.ctx, depths.cqe)?;
+    /// `layout.nqps` RC QPs in INIT, spread over the members of `vdev`, each member's on one CQ
+    /// of its protection domain; queues sized for the worst case the advertised limits allow
+    /// ([`plan::queue_depths`]).
+    pub(super) fn new(
+        vdev: &'static VDevice,
+        layout: QpLayout,
+        traffic_class: u8,
+    ) -> Result<Endpoint> {
+        let depths = plan::queue_depths(layout.nqps);
         let max_inline = if crate::plugin::get().is_ok_and(|p| p.config.use_inline) {
             ferro_proto::fifo::ENTRY_SIZE as u32
         } else {
@@ -58,77 +90,97 @@ impl Endpoint {
             max_recv_sge: 1,
             max_inline_data: max_inline,
         };
-        let mut qps = Vec::with_capacity(nqps);
-        for _ in 0..nqps {
-            let qp = Qp::new_rc(&pd, &cq, &cq, caps)?;
+        let mut rails = Vec::with_capacity(vdev.members.len());
+        for &dev in &vdev.members {
+            let events = events::of(&dev.ctx);
+            events.drain_now();
+            rails.push(Rail {
+                dev,
+                pd: dev.pd().clone(),
+                cq: Cq::new(&dev.ctx, depths.cqe)?,
+                events,
+                completions: AtomicU64::new(0),
+            });
+        }
+        let mut qps = Vec::with_capacity(layout.nqps);
+        for q in 0..layout.nqps {
+            let rail = &rails[layout.local_dev(q)];
+            let qp = Qp::new_rc(&rail.pd, &rail.cq, &rail.cq, caps)?;
             to_init(
                 &qp,
-                dev,
+                rail.dev,
                 IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE,
             )?;
             qps.push(qp);
         }
-        let events = events::of(&dev.ctx);
-        events.drain_now();
         Ok(Endpoint {
-            dev,
+            vdev,
+            rails,
             qps,
-            cq,
-            pd,
-            events,
+            layout,
             traffic_class,
             max_inline,
         })
     }
 
-    /// What the peer needs to reach these QPs, with the one registered region it may write
-    /// (the sender's CTS FIFO, or the receiver's sizes FIFO).
-    pub(super) fn meta(&self, mr_addr: u64, mr_rkey: u32, split: bool) -> QpMeta {
+    /// The rail QP `q` is on.
+    pub(super) fn rail_of(&self, q: usize) -> &Rail {
+        &self.rails[self.layout.local_dev(q)]
+    }
+
+    /// Every member's protection domain, in member order (for protocol buffers).
+    pub(super) fn pds(&self) -> Vec<Arc<Pd>> {
+        self.rails.iter().map(|r| r.pd.clone()).collect()
+    }
+
+    /// What the peer needs to reach this side's members over the QPs, with the one registered
+    /// region it may write (the sender's CTS FIFO, or the receiver's sizes FIFO), `qps_per_conn`
+    /// and split mode (which both sides must agree on).
+    pub(super) fn meta(&self, region: &RegBuf, qps_per_conn: u16, split: bool) -> QpMeta {
         QpMeta {
-            nqps: self.qps.len() as u16,
+            qps_per_conn,
             split,
-            link_layer: if self.dev.link_layer.is_ethernet() {
-                IBV_LINK_LAYER_ETHERNET
-            } else {
-                IBV_LINK_LAYER_INFINIBAND
-            },
-            port: self.dev.port,
-            mtu: self.dev.active_mtu,
-            lid: self.dev.lid,
-            gid: self.dev.gid.as_ref().map_or([0; 16], |g| g.gid.gid),
-            gid_index: self.dev.gid.as_ref().map_or(0, |g| g.index),
-            mr_addr,
-            mr_rkey,
+            devs: self
+                .rails
+                .iter()
+                .enumerate()
+                .map(|(i, r)| dev_meta(r.dev, region.rkey(i)))
+                .collect(),
+            mr_addr: region.addr(0),
             qpns: self.qps.iter().map(Qp::qpn).collect(),
             secret: [0; ferro_proto::handle::SECRET_SIZE],
         }
     }
 
-    /// INIT -> RTR -> RTS against the peer's QPs.
+    /// INIT -> RTR -> RTS against the peer's QPs: QP `q` against the peer's QP `q`, on the
+    /// peer's member device `q % peer.devs.len()`.
     pub(super) fn connect_qps(&self, peer: &QpMeta) -> Result<()> {
-        if peer.qpns.len() != self.qps.len() {
+        if peer.qpns.len() != self.qps.len() || peer.devs.len() != self.layout.remote_devs {
             return Err(Error::Remote(format!(
-                "peer has {} QPs, this side {}",
+                "peer has {} QPs over {} devices, this side expects {} over {}",
                 peer.qpns.len(),
-                self.qps.len()
+                peer.devs.len(),
+                self.qps.len(),
+                self.layout.remote_devs
             )));
         }
-        for (qp, &remote_qpn) in self.qps.iter().zip(&peer.qpns) {
-            self.connect_qp(qp, remote_qpn, peer)?;
+        for (q, (qp, &remote_qpn)) in self.qps.iter().zip(&peer.qpns).enumerate() {
+            let remote = &peer.devs[self.layout.remote_dev(q)];
+            self.connect_qp(qp, self.rail_of(q).dev, remote_qpn, remote)?;
         }
         Ok(())
     }
 
-    /// One QP: INIT -> RTR -> RTS against `remote_qpn` on the peer described by `peer`.
-    fn connect_qp(&self, qp: &Qp, remote_qpn: u32, peer: &QpMeta) -> Result<()> {
+    /// One QP on `dev`: INIT -> RTR -> RTS against `remote_qpn` on the peer device `peer`.
+    fn connect_qp(&self, qp: &Qp, dev: &NetDevice, remote_qpn: u32, peer: &DevMeta) -> Result<()> {
         let cfg = &plugin::get()?.config;
         let mut ah = ibv_ah_attr {
             dlid: peer.lid,
             sl: cfg.service_level,
-            port_num: self.dev.port,
+            port_num: dev.port,
             ..Default::default()
         };
-        if let Some(g) = &self.dev.gid {
+        if let Some(g) = &dev.gid {
             ah.is_global = 1;
             ah.grh = ibv_global_route {
                 dgid: ibv_gid { raw: peer.gid },
@@ -141,7 +193,7 @@ impl Endpoint {
         }
         let mut a = ibv_qp_attr {
             qp_state: IBV_QPS_RTR,
-            path_mtu: mtu_code(self.dev.active_mtu.min(peer.mtu)),
+            path_mtu: mtu_code(dev.active_mtu.min(peer.mtu)),
             dest_qp_num: remote_qpn,
             rq_psn: 0,
             max_dest_rd_atomic: 1,
@@ -180,19 +232,32 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Why this endpoint cannot go on, from the device's asynchronous events (its port went
-    /// down, one of its QPs or its CQ failed, the device failed), if it cannot.
+    /// Why this endpoint cannot go on, from its member devices' asynchronous events (a port
+    /// went down, one of its QPs or CQs failed, a device failed), if it cannot.
     pub(super) fn device_verdict(&self) -> Option<String> {
-        self.events.verdict(
-            self.dev.port,
-            |qpn| self.qps.iter().any(|q| q.qpn() == qpn),
-            self.cq.as_ptr() as usize,
-        )
+        self.rails.iter().find_map(|r| {
+            r.events
+                .verdict(
+                    r.dev.port,
+                    |qpn| self.qps.iter().any(|q| q.qpn() == qpn),
+                    r.cq.as_ptr() as usize,
+                )
+                .map(|why| {
+                    if self.vdev.is_virtual {
+                        format!(
+                            "member {}:{} of {}: {why}",
+                            r.dev.ibdev, r.dev.port, self.vdev.name
+                        )
+                    } else {
+                        why
+                    }
+                })
+        })
     }
 
-    /// A QP connected to itself with a 4-byte landing buffer, for flushes (RDMA READ of received
-    /// data through the NIC).
-    pub(super) fn flush_qp(&self) -> Result<FlushQp> {
+    /// One QP per member device connected to itself, each with a 4-byte landing buffer, for
+    /// flushes (RDMA READ of received data through each NIC that wrote some of it).
+    pub(super) fn flush_qps(&self) -> Result<Vec<FlushQp>> {
         let caps = QpCaps {
             max_send_wr: plan::queue_depths(self.qps.len()).flush_wr,
             max_recv_wr: 1,
@@ -200,16 +265,33 @@ impl Endpoint {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let qp = Qp::new_rc(&self.pd, &self.cq, &self.cq, caps)?;
-        to_init(
-            &qp,
-            self.dev,
-            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE,
-        )?;
-        let me = self.meta(0, 0, false);
-        self.connect_qp(&qp, qp.qpn(), &me)?;
-        let buf = RegBuf::new(&self.pd, 4, IBV_ACCESS_LOCAL_WRITE)?;
-        Ok(FlushQp { qp, buf })
+        self.rails
+            .iter()
+            .map(|r| {
+                let qp = Qp::new_rc(&r.pd, &r.cq, &r.cq, caps)?;
+                to_init(&qp, r.dev, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE)?;
+                self.connect_qp(&qp, r.dev, qp.qpn(), &dev_meta(r.dev, 0))?;
+                let buf = RegBuf::new(std::slice::from_ref(&r.pd), 4, IBV_ACCESS_LOCAL_WRITE)?;
+                Ok(FlushQp { qp, buf })
+            })
+            .collect()
+    }
+}
+
+/// What a peer needs to reach `dev`, with the key of a protocol region on it.
+fn dev_meta(dev: &NetDevice, mr_rkey: u32) -> DevMeta {
+    DevMeta {
+        link_layer: if dev.link_layer.is_ethernet() {
+            IBV_LINK_LAYER_ETHERNET
+        } else {
+            IBV_LINK_LAYER_INFINIBAND
+        },
+        port: dev.port,
+        lid: dev.lid,
+        mtu: dev.active_mtu,
+        gid: dev.gid.as_ref().map_or([0; 16], |g| g.gid.gid),
+        gid_index: dev.gid.as_ref().map_or(0, |g| g.index),
+        mr_rkey,
     }
 }
 
@@ -237,20 +319,43 @@ pub(super) struct FlushQp {
     pub(super) buf: RegBuf,
 }
 
-/// A host buffer with its registration (the MR is declared first, so it is dropped first).
-/// The NIC may write it at any time: it is only read with volatile loads, never referenced.
+/// A host buffer with its registration on each member device (the MRs are declared first, so
+/// they are dropped first). The NIC may write it at any time: it is only read with volatile
+/// loads, never referenced.
 #[derive(Debug)]
 pub(super) struct RegBuf {
-    pub(super) mr: Mr,
+    mrs: Vec<Mr>,
     buf: HostBuf,
 }
 
 impl RegBuf {
-    pub(super) fn new(pd: &Arc<Pd>, len: usize, access: u32) -> Result<RegBuf> {
+    /// `len` bytes registered under each of `pds` (one per member device, in member order).
+    pub(super) fn new(pds: &[Arc<Pd>], len: usize, access: u32) -> Result<RegBuf> {
         let buf = HostBuf::new(len)?;
-        // SAFETY: buf is owned by the RegBuf and outlives the MR (field order drops the MR first).
-        let mr = unsafe { Mr::reg(pd, buf.as_ptr().cast(), buf.len(), access)? };
-        Ok(RegBuf { mr, buf })
+        let mrs = pds
+            .iter()
+            .map(|pd| {
+                // SAFETY: buf is owned by the RegBuf and outlives the MRs (field order drops
+                // the MRs first).
+                unsafe { Mr::reg(pd, buf.as_ptr().cast(), buf.len(), access) }
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(RegBuf { mrs, buf })
+    }
+
+    /// The local key on member `m`.
+    pub(super) fn lkey(&self, m: usize) -> u32 {
+        self.mrs.get(m).map_or(0, Mr::lkey)
+    }
+
+    /// The remote key on member `m`.
+    pub(super) fn rkey(&self, m: usize) -> u32 {
+        self.mrs.get(m).map_or(0, Mr::rkey)
+    }
+
+    /// The local keys by member.
+    pub(super) fn lkeys(&self) -> Keys {
+        core::array::from_fn(|m| self.lkey(m))
     }
 
     pub(super) fn addr(&self, off: usize) -> u64 {

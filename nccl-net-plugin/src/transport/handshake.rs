@@ -11,14 +11,17 @@ use super::comm::{Comm, CommPtr, ReceiverMem, SendScratch, SenderMem, Side};
 use super::endpoint::{Endpoint, FlushQp, RegBuf};
 use super::handles::ObjectKind;
 use crate::error::{Error, Result};
-use crate::plugin::{self, NetDevice};
+use crate::plugin;
+use crate::vnic::{self, VDevice};
 use crate::{info, oob, warn};
 use ferro_ffi::log_flags::{INIT, NET};
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::handle::{self, HANDLE_SIZE, SECRET_SIZE};
+use ferro_proto::plan::QpLayout;
 use ferro_proto::wire::{self, Msg, QpMeta, Reader};
+use ferro_proto::{Keys, MAX_QPS};
 use ferro_verbs::sys::*;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write as _};
@@ -44,7 +47,7 @@ const KEEPALIVE_PROBES: u32 = 6;
 pub struct ListenComm {
     /// [`ObjectKind::ListenComm`]'s magic word; first field.
     magic: u64,
-    dev: &'static NetDevice,
+    dev: &'static VDevice,
     listener: TcpListener,
     addr: SocketAddr,
     /// What a connecting side must present (it is in the handle).
@@ -57,7 +60,6 @@ pub struct ListenComm {
 struct SenderSetup {
     ep: Endpoint,
     mem: SenderMem,
-    split: bool,
     /// The listener's secret, from the handle.
     secret: [u8; SECRET_SIZE],
 }
@@ -67,8 +69,7 @@ struct SenderSetup {
 struct ReceiverSetup {
     ep: Endpoint,
     mem: ReceiverMem,
-    flush: Option<FlushQp>,
-    split: bool,
+    flush: Vec<FlushQp>,
 }
 
 /// Bytes being written to the peer.
@@ -122,7 +123,6 @@ enum Step {
 struct Ready {
     ep: Endpoint,
     side: Side,
-    split: bool,
 }
 
 /// One connection being set up (either side).
@@ -130,7 +130,7 @@ struct Ready {
 struct Handshake {
     sock: TcpStream,
     peer: SocketAddr,
-    dev: &'static NetDevice,
+    dev: &'static VDevice,
     reader: Reader,
     last_progress: Instant,
     stage: Stage,
@@ -148,7 +148,7 @@ fn io_err(what: &str, peer: SocketAddr, e: std::io::Error) -> Error {
 }
 
 impl Handshake {
-    fn new(sock: TcpStream, peer: SocketAddr, dev: &'static NetDevice, stage: Stage) -> Handshake {
+    fn new(sock: TcpStream, peer: SocketAddr, dev: &'static VDevice, stage: Stage) -> Handshake {
         Handshake {
             sock,
             peer,
@@ -195,11 +195,10 @@ impl Handshake {
                     return Ok(Step::Blocked(Stage::TcpConnect(setup)));
                 }
                 self.last_progress = Instant::now();
-                let mut meta = setup.ep.meta(
-                    setup.mem.fifo.addr(0),
-                    setup.mem.fifo.mr.rkey(),
-                    setup.split,
-                );
+                let lay = setup.ep.layout;
+                let mut meta = setup
+                    .ep
+                    .meta(&setup.mem.fifo, lay.qps_per_conn() as u16, lay.split);
                 meta.secret = setup.secret;
                 let out = Outgoing::new(&Msg::Connect(meta));
                 Step::Next(Stage::WriteConnect(setup, out))
@@ -213,8 +212,9 @@ impl Handshake {
             Stage::ReadAccept(mut setup) => match self.read()? {
                 None => Step::Blocked(Stage::ReadAccept(setup)),
                 Some(Msg::Accept(meta)) => {
+                    check_link_layers(&setup.ep, &meta, self.peer)?;
                     setup.ep.connect_qps(&meta)?;
-                    setup.mem.peer_sizes = (meta.mr_addr, meta.mr_rkey);
+                    setup.mem.peer_sizes = (meta.mr_addr, peer_keys(&meta));
                     Step::Next(Stage::WriteReady(setup, Outgoing::new(&Msg::Ready)))
                 }
                 Some(m) => return Err(self.unexpected(m)),
@@ -223,8 +223,8 @@ impl Handshake {
                 if !self.write(&mut out)? {
                     return Ok(Step::Blocked(Stage::WriteReady(setup, out)));
                 }
-                let SenderSetup { ep, mem, split, .. } = setup;
-                let mut core = SendCore::new(ep.qps.len(), split);
+                let SenderSetup { ep, mem, .. } = setup;
+                let mut core = SendCore::new(ep.layout);
                 core.health.set_stall_threshold(stall_threshold()?);
                 Step::Connected(Box::new(Ready {
                     ep,
@@ -232,7 +232,6 @@ impl Handshake {
                         mem,
                         core: Mutex::new(core),
                     },
-                    split,
                 }))
             }
             Stage::ReadConnect(secret) => match self.read()? {
@@ -245,10 +244,11 @@ impl Handshake {
                         )));
                     }
                     let setup = self.receiver_setup(&meta)?;
+                    let lay = setup.ep.layout;
                     let out = Outgoing::new(&Msg::Accept(setup.ep.meta(
-                        setup.mem.sizes.addr(0),
-                        setup.mem.sizes.mr.rkey(),
-                        setup.split,
+                        &setup.mem.sizes,
+                        lay.qps_per_conn() as u16,
+                        lay.split,
                     )));
                     Step::Next(Stage::WriteAccept(setup, out))
                 }
@@ -263,13 +263,8 @@ impl Handshake {
             Stage::ReadReady(setup) => match self.read()? {
                 None => Step::Blocked(Stage::ReadReady(setup)),
                 Some(Msg::Ready) => {
-                    let ReceiverSetup {
-                        ep,
-                        mem,
-                        flush,
-                        split,
-                    } = setup;
-                    let mut core = RecvCore::new(ep.qps.len(), split);
+                    let ReceiverSetup { ep, mem, flush } = setup;
+                    let mut core = RecvCore::new(ep.layout);
                     core.health.set_stall_threshold(stall_threshold()?);
                     Step::Connected(Box::new(Ready {
                         ep,
@@ -278,7 +273,6 @@ impl Handshake {
                             core: Mutex::new(core),
                             flush,
                         },
-                        split,
                     }))
                 }
                 Some(m) => return Err(self.unexpected(m)),
@@ -293,41 +287,64 @@ impl Handshake {
     fn receiver_setup(&self, meta: &QpMeta) -> Result<ReceiverSetup> {
         let cfg = &plugin::get()?.config;
         let split = cfg.split_data_on_qps;
-        if usize::from(meta.nqps) != usize::from(cfg.qps_per_connection) || meta.split != split {
-            let why = format!(
+        let reject = |why: String| {
+            let _ = (&self.sock).write_all(&wire::encode(&Msg::Reject(why.clone())));
+            Error::Usage(why)
+        };
+        if meta.qps_per_conn != cfg.qps_per_connection || meta.split != split {
+            return Err(reject(format!(
                 "settings differ between ranks: NCCL_IB_QPS_PER_CONNECTION {} here vs {} at {}, NCCL_IB_SPLIT_DATA_ON_QPS {} here vs {} there",
                 cfg.qps_per_connection,
-                meta.nqps,
+                meta.qps_per_conn,
                 self.peer,
                 u8::from(split),
                 u8::from(meta.split)
-            );
-            let _ = (&self.sock).write_all(&wire::encode(&Msg::Reject(why.clone())));
-            return Err(Error::Usage(why));
+            )));
         }
-        let ep = Endpoint::new(self.dev, usize::from(meta.nqps), cfg.traffic_class)?;
-        let cts_stage = RegBuf::new(&ep.pd, FIFO_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
+        let layout = QpLayout::new(
+            usize::from(cfg.qps_per_connection),
+            split,
+            self.dev.members.len(),
+            meta.devs.len(),
+        );
+        if meta.qpns.len() != layout.nqps {
+            return Err(reject(format!(
+                "{} sent {} QPs for its {} devices; {} expected for {} x max({}, {} devices here)",
+                self.peer,
+                meta.qpns.len(),
+                meta.devs.len(),
+                layout.nqps,
+                cfg.qps_per_connection,
+                meta.devs.len(),
+                self.dev.members.len()
+            )));
+        }
+        let ep = Endpoint::new(self.dev, layout, cfg.traffic_class)?;
+        if let Err(e) = check_link_layers(&ep, meta, self.peer) {
+            return Err(reject(e.to_string()));
+        }
+        let pds = ep.pds();
+        let cts_stage = RegBuf::new(&pds, FIFO_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
         let sizes = RegBuf::new(
-            &ep.pd,
+            &pds,
             SIZES_BYTES,
             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
         )?;
         ep.connect_qps(meta)?;
-        let gdr_flush = self.dev.gdr.is_on() && !cfg.gdr_flush_disable;
+        let gdr_flush = self.dev.members.iter().any(|m| m.gdr.is_on()) && !cfg.gdr_flush_disable;
         let flush = if gdr_flush || cfg.flush_host {
-            Some(ep.flush_qp()?)
+            ep.flush_qps()?
         } else {
-            None
+            Vec::new()
         };
         Ok(ReceiverSetup {
             ep,
             mem: ReceiverMem {
                 cts_stage,
                 sizes,
-                peer_fifo: (meta.mr_addr, meta.mr_rkey),
+                peer_fifo: (meta.mr_addr, peer_keys(meta)),
             },
             flush,
-            split,
         })
     }
 
@@ -342,11 +359,11 @@ impl Handshake {
             warn!(
                 NET,
                 "{}: cannot enable TCP keepalive on the connection to {}: {e}; a peer host that vanishes without closing it will not be detected",
-                self.dev.ibdev,
+                self.dev.label(),
                 self.peer
             );
         }
-        Comm::create(r.ep, r.side, r.split, self.sock, self.peer)
+        Comm::create(r.ep, r.side, self.sock, self.peer)
     }
 
     fn unexpected(&self, m: Msg) -> Error {
@@ -413,13 +430,22 @@ impl Handshake {
     }
 }
 
-/// `listen`: binds, fills the handle.
+/// `listen`: binds, fills the handle (with the device's member count, which the connecting
+/// side needs to create its QPs).
 pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<ListenComm>> {
-    let dev = plugin::device(dev_index)?;
+    let dev = vnic::get(dev_index)?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
-    let (ip, why) = oob::listen_ip(dev.netdev.as_deref(), &oob::interfaces(), ifname.as_deref());
-    let listener = TcpListener::bind(SocketAddr::new(ip, 0))
-        .map_err(|e| Error::System(format!("{}: cannot listen on {ip} ({why}): {e}", dev.ibdev)))?;
+    let (ip, why) = oob::listen_ip(
+        dev.first().netdev.as_deref(),
+        &oob::interfaces(),
+        ifname.as_deref(),
+    );
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| {
+        Error::System(format!(
+            "{}: cannot listen on {ip} ({why}): {e}",
+            dev.label()
+        ))
+    })?;
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::System(format!("listener: {e}")))?;
@@ -428,6 +454,7 @@ pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<
         .map_err(|e| Error::System(format!("listener: {e}")))?;
     let secret = random_secret()?;
     *handle_out = handle::encode(addr, secret);
+    handle::set_devs(handle_out, dev.members.len());
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| info!(INIT | NET, "out-of-band connections on {ip} ({why})"));
     Ok(Box::new(ListenComm {
@@ -438,6 +465,41 @@ pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<
         secret,
         pending: Mutex::new(Vec::new()),
     }))
+}
+
+/// Both sides' member devices must share one link layer (a QP joins InfiniBand to InfiniBand
+/// or RoCE to RoCE).
+fn check_link_layers(ep: &Endpoint, peer: &QpMeta, addr: SocketAddr) -> Result<()> {
+    for r in &ep.rails {
+        let mine = if r.dev.link_layer.is_ethernet() {
+            IBV_LINK_LAYER_ETHERNET
+        } else {
+            IBV_LINK_LAYER_INFINIBAND
+        };
+        if let Some(d) = peer.devs.iter().find(|d| d.link_layer != mine) {
+            let name = |l: u8| {
+                if l == IBV_LINK_LAYER_ETHERNET {
+                    "RoCE"
+                } else {
+                    "InfiniBand"
+                }
+            };
+            return Err(Error::Usage(format!(
+                "{}:{} is {} but a device of {addr} (port {}) is {}: the link layers of both sides must match",
+                r.dev.ibdev,
+                r.dev.port,
+                name(mine),
+                d.port,
+                name(d.link_layer)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The peer's protocol-region keys by member.
+fn peer_keys(meta: &QpMeta) -> Keys {
+    core::array::from_fn(|i| meta.devs.get(i).map_or(0, |d| d.mr_rkey))
 }
 
 /// A listener's secret from the kernel's random generator.
@@ -470,15 +532,32 @@ fn connects() -> MutexGuard<'static, HashMap<u64, Handshake>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Starts a connection to the listener named by the handle: socket, QPs, FIFO.
+/// Starts a connection to the listener named by the handle: socket, QPs (for both sides'
+/// member devices), FIFO.
 fn start_connect(
     dev_index: i32,
     h: &[u8; HANDLE_SIZE],
     traffic_class: Option<u8>,
 ) -> Result<Handshake> {
-    let dev = plugin::device(dev_index)?;
+    let dev = vnic::get(dev_index)?;
     let addr = handle::decode(h).map_err(|e| Error::Argument(e.to_string()))?;
+    let remote_devs = handle::devs(h).map_err(|e| Error::Argument(e.to_string()))?;
     let cfg = &plugin::get()?.config;
+    let layout = QpLayout::new(
+        usize::from(cfg.qps_per_connection),
+        cfg.split_data_on_qps,
+        dev.members.len(),
+        remote_devs,
+    );
+    if layout.nqps > MAX_QPS {
+        return Err(Error::Usage(format!(
+            "{}: NCCL_IB_QPS_PER_CONNECTION={} x {} devices (the larger side) is {} QPs, above the {MAX_QPS} a connection may have",
+            dev.label(),
+            cfg.qps_per_connection,
+            dev.members.len().max(remote_devs),
+            layout.nqps
+        )));
+    }
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -496,22 +575,22 @@ fn start_connect(
         Err(e) => return Err(Error::System(format!("cannot connect to {addr}: {e}"))),
     }
     let tc = traffic_class.unwrap_or(cfg.traffic_class);
-    let ep = Endpoint::new(dev, usize::from(cfg.qps_per_connection), tc)?;
+    let ep = Endpoint::new(dev, layout, tc)?;
+    let pds = ep.pds();
     let fifo = RegBuf::new(
-        &ep.pd,
+        &pds,
         FIFO_BYTES,
         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
     )?;
-    let sizes_stage = RegBuf::new(&ep.pd, SIZES_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
+    let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
     let setup = SenderSetup {
         ep,
         mem: SenderMem {
             fifo,
             sizes_stage,
-            peer_sizes: (0, 0),
+            peer_sizes: (0, [0; ferro_proto::MAX_DEVS]),
             scratch: Mutex::new(SendScratch::default()),
         },
-        split: cfg.split_data_on_qps,
         secret: handle::secret(h),
     };
     Ok(Handshake::new(
@@ -532,7 +611,7 @@ fn reap_abandoned_connects() {
         warn!(
             NET,
             "{}: dropping an abandoned connect to {}: no progress for {} s",
-            p.dev.ibdev,
+            p.dev.label(),
             p.peer,
             HANDSHAKE_TIMEOUT.as_secs()
         );
@@ -627,7 +706,7 @@ impl ListenComm {
                     warn!(
                         NET,
                         "{}: dropping connection from {}: no handshake progress for {} s",
-                        self.dev.ibdev,
+                        self.dev.label(),
                         p.peer,
                         HANDSHAKE_TIMEOUT.as_secs()
                     );
@@ -638,7 +717,7 @@ impl ListenComm {
                     warn!(
                         NET,
                         "{}: dropping incoming connection from {} on {}: {e}",
-                        self.dev.ibdev,
+                        self.dev.label(),
                         p.peer,
                         self.addr
                     );

@@ -76,14 +76,17 @@ impl Comm {
     }
 
     /// `iflush`: makes received data visible to the GPU by reading one byte of the last non-empty
-    /// buffer back through the NIC on the loopback flush QP. `Ok(None)` when there is nothing to
-    /// flush: host memory (unless `FERRO_FLUSH_HOST=1`), only empty buffers, or flushing disabled
+    /// buffer back through the NIC on the loopback flush QP of every member device (each may
+    /// have written part of it). `Ok(None)` when there is nothing to flush: host memory (unless
+    /// `FERRO_FLUSH_HOST=1`), only empty buffers, or flushing disabled
     /// (`NCCL_GDR_FLUSH_DISABLE=1`, or no GPUDirect RDMA on this device).
     pub fn iflush(&self, bufs: &[(u64, u32, Option<&MrHandle>)]) -> Result<Option<*mut ReqHandle>> {
-        let Side::Receiver { core, flush, .. } = &self.side else {
+        let Side::Receiver { core, flush, mem } = &self.side else {
             return Err(Error::Usage("iflush on a send comm".into()));
         };
-        let Some(flush) = flush else { return Ok(None) };
+        if flush.is_empty() {
+            return Ok(None);
+        }
         let flush_host = plugin::get().is_ok_and(|p| p.config.flush_host);
         let target = bufs.iter().rev().find(|(_, size, mh)| {
             *size > 0 && mh.is_some_and(|m| m.kind() != MemKind::Host || flush_host)
@@ -92,34 +95,40 @@ impl Comm {
             return Ok(None);
         };
         let mut core = self.lock(core)?;
-        if let Side::Receiver { mem, .. } = &self.side {
-            self.cts_due(mem, &mut core)?;
-        }
-        let req = core.begin_flush().map_err(|e| self.core_error(e))?;
-        let mut sge = ibv_sge {
-            addr: flush.buf.addr(0),
-            length: 1,
-            lkey: flush.buf.mr.lkey(),
-        };
-        let mut wr = ibv_send_wr {
-            wr_id: RecvCore::flush_wr_id(req),
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: IBV_WR_RDMA_READ,
-            send_flags: IBV_SEND_SIGNALED,
-            ..Default::default()
-        };
-        wr.wr.rdma = ibv_rdma_info {
-            remote_addr: addr,
-            rkey: mh.rkey(),
-        };
-        core.health.counters.send_posts += 1;
-        // SAFETY: the SGE names the comm's own registered 4-byte landing buffer; the remote side
-        // is the caller's registered receive buffer (valid until NCCL deregisters it, after the
-        // flush completes).
-        if let Err(e) = unsafe { flush.qp.post_send(&mut wr) } {
-            core.abort_flush(req);
-            return Err(Error::System(format!("{}: flush: {e}", self.describe())));
+        self.cts_due(mem, &mut core)?;
+        let req = core
+            .begin_flush(flush.len() as u16)
+            .map_err(|e| self.core_error(e))?;
+        for (m, f) in flush.iter().enumerate() {
+            let mut sge = ibv_sge {
+                addr: f.buf.addr(0),
+                length: 1,
+                lkey: f.buf.lkey(0),
+            };
+            let mut wr = ibv_send_wr {
+                wr_id: RecvCore::flush_wr_id(req),
+                sg_list: &mut sge,
+                num_sge: 1,
+                opcode: IBV_WR_RDMA_READ,
+                send_flags: IBV_SEND_SIGNALED,
+                ..Default::default()
+            };
+            wr.wr.rdma = ibv_rdma_info {
+                remote_addr: addr,
+                rkey: mh.rkey(m),
+            };
+            core.health.counters.send_posts += 1;
+            // SAFETY: the SGE names the member's own registered 4-byte landing buffer; the
+            // remote side is the caller's receive buffer, registered on this member (valid until
+            // NCCL deregisters it, after the flush completes).
+            if let Err(e) = unsafe { f.qp.post_send(&mut wr) } {
+                if m == 0 {
+                    core.abort_flush(req);
+                    return Err(Error::System(format!("{}: flush: {e}", self.describe())));
+                }
+                // Reads already posted will complete against the request: fail the comm.
+                return Err(self.fail(&mut core, e));
+            }
         }
         Ok(Some(self.req_ptr(req)))
     }

@@ -1,11 +1,13 @@
 //! Memory registration: `regMr` (host memory, or CUDA memory through nvidia-peermem) through the
 //! device's page-granular registration cache, `regMrDmaBuf`, and `deregMr`. The handle NCCL gets
-//! is a boxed [`MrHandle`] that starts with its magic word.
+//! is a boxed [`MrHandle`] that starts with its magic word; on a virtual NIC it holds one
+//! registration per member device (each through that device's cache and protection domain).
 
 use super::comm::Comm;
 use super::handles::{ObjectKind, magic_of};
 use crate::error::{Error, Result};
 use crate::plugin::{self, NetDevice};
+use ferro_proto::Keys;
 use ferro_verbs::Mr;
 use ferro_verbs::sys::*;
 use std::sync::Arc;
@@ -20,44 +22,113 @@ pub enum MemKind {
     DmaBuf,
 }
 
-/// A registration handed to NCCL as `mhandle`.
+/// One member device's registration of a buffer.
+#[derive(Debug)]
+struct MemberMr {
+    dev: &'static NetDevice,
+    mr: Arc<Mr>,
+    /// The cache entry this holds a reference on (None for uncached DMA-BUF registrations).
+    key: Option<crate::mrcache::Key>,
+}
+
+impl MemberMr {
+    /// Gives the cache reference back; the registration goes when the last one does (outside
+    /// the cache lock: the returned MR is dropped by the caller).
+    fn release(self) -> Result<()> {
+        let freed = match self.key {
+            Some(key) => lock_cache(self.dev)?.release(key),
+            None => None,
+        };
+        drop(freed);
+        Ok(())
+    }
+}
+
+/// A registration handed to NCCL as `mhandle`: one MR per member device of the comm's
+/// (virtual) device, in member order.
 #[derive(Debug)]
 #[repr(C)]
 pub struct MrHandle {
     /// [`ObjectKind::MemHandle`]'s magic word; first field.
     pub(super) magic: u64,
-    mr: Arc<Mr>,
-    /// The cache entry this handle holds a reference on (None for DMA-BUF registrations).
-    key: Option<crate::mrcache::Key>,
-    dev: &'static NetDevice,
+    members: Vec<MemberMr>,
     kind: MemKind,
 }
 
 impl MrHandle {
-    fn boxed(
-        mr: Arc<Mr>,
-        key: Option<crate::mrcache::Key>,
-        dev: &'static NetDevice,
-        kind: MemKind,
-    ) -> Box<MrHandle> {
-        Box::new(MrHandle {
-            magic: ObjectKind::MemHandle.magic(),
-            mr,
-            key,
-            dev,
-            kind,
-        })
+    /// The remote key on member `m` (0 if the handle has no such member).
+    pub fn rkey(&self, m: usize) -> u32 {
+        self.members.get(m).map_or(0, |x| x.mr.rkey())
     }
 
-    pub fn rkey(&self) -> u32 {
-        self.mr.rkey()
+    /// The remote keys by member.
+    pub fn rkeys(&self) -> Keys {
+        core::array::from_fn(|m| self.rkey(m))
     }
-    pub fn lkey(&self) -> u32 {
-        self.mr.lkey()
+
+    /// The local keys by member.
+    pub fn lkeys(&self) -> Keys {
+        core::array::from_fn(|m| self.members.get(m).map_or(0, |x| x.mr.lkey()))
     }
+
     pub fn kind(&self) -> MemKind {
         self.kind
     }
+
+    /// Whether the handle was registered on exactly the member devices of `comm` (a handle
+    /// of another device names keys the comm's QPs cannot use).
+    pub fn fits(&self, comm: &Comm) -> bool {
+        let mine = self.members.iter().map(|m| m.dev.index);
+        let theirs = comm.ep.vdev.members.iter().map(|m| m.index);
+        mine.eq(theirs)
+    }
+}
+
+/// Registers on every member of `comm`'s device with `one`; on a failure, the members already
+/// registered are released and the error names the member.
+fn reg_members(
+    comm: &Comm,
+    kind: MemKind,
+    mut one: impl FnMut(
+        &'static NetDevice,
+        &Arc<ferro_verbs::Pd>,
+    ) -> Result<(Arc<Mr>, Option<crate::mrcache::Key>)>,
+) -> Result<Box<MrHandle>> {
+    let mut members = Vec::with_capacity(comm.ep.rails.len());
+    for rail in &comm.ep.rails {
+        match one(rail.dev, &rail.pd) {
+            Ok((mr, key)) => members.push(MemberMr {
+                dev: rail.dev,
+                mr,
+                key,
+            }),
+            Err(e) => {
+                for m in members {
+                    let _ = m.release();
+                }
+                return Err(if comm.ep.vdev.is_virtual {
+                    match e {
+                        Error::Usage(m) => Error::Usage(format!(
+                            "member {} of {}: {m}",
+                            rail.dev.ibdev, comm.ep.vdev.name
+                        )),
+                        Error::System(m) => Error::System(format!(
+                            "member {} of {}: {m}",
+                            rail.dev.ibdev, comm.ep.vdev.name
+                        )),
+                        e => e,
+                    }
+                } else {
+                    e
+                });
+            }
+        }
+    }
+    Ok(Box::new(MrHandle {
+        magic: ObjectKind::MemHandle.magic(),
+        members,
+        kind,
+    }))
 }
 
 fn reg_access() -> u32 {
@@ -90,38 +161,36 @@ fn lock_cache(dev: &NetDevice) -> Result<std::sync::MutexGuard<'_, crate::mrcach
 /// device's cache, so a sub-range of a registered range (or another buffer in the same pages)
 /// costs a reference count, not a registration.
 pub fn reg_mr(comm: &Comm, data: u64, size: usize, ptr_type: i32) -> Result<Box<MrHandle>> {
-    let dev = comm.ep.dev;
     let kind = match ptr_type {
         ferro_ffi::NCCL_PTR_HOST => MemKind::Host,
-        ferro_ffi::NCCL_PTR_CUDA => {
-            if !dev.gdr.peermem.is_usable() {
-                return Err(Error::Usage(format!(
-                    "{}: regMr of CUDA memory refused: nvidia-peermem path unavailable ({}); {}",
-                    dev.ibdev,
-                    dev.gdr.peermem.reasons().join(", "),
-                    dev.gdr.summary
-                )));
-            }
-            MemKind::Cuda
-        }
+        ferro_ffi::NCCL_PTR_CUDA => MemKind::Cuda,
         other => {
             return Err(Error::Usage(format!(
                 "{}: regMr with unknown memory type {other}",
-                dev.ibdev
+                comm.ep.vdev.label()
             )));
         }
     };
     let addr = buffer_addr("regMr", data, size)?;
-    let pd = comm.ep.pd.clone();
     let access = reg_access();
-    let mut cache = lock_cache(dev)?;
-    let (mr, key) = cache.acquire(addr, size, |start, len| {
-        // SAFETY: NCCL keeps the buffer allocated until deregMr (its documented contract), and the
-        // cache holds the registration only while some handle over these pages is alive; the
-        // page-rounded range lies in the same mapping as the buffer.
-        unsafe { Mr::reg(&pd, start as *mut core::ffi::c_void, len, access) }
-    })?;
-    Ok(MrHandle::boxed(mr, Some(key), dev, kind))
+    reg_members(comm, kind, |dev, pd| {
+        if kind == MemKind::Cuda && !dev.gdr.peermem.is_usable() {
+            return Err(Error::Usage(format!(
+                "{}: regMr of CUDA memory refused: nvidia-peermem path unavailable ({}); {}",
+                dev.ibdev,
+                dev.gdr.peermem.reasons().join(", "),
+                dev.gdr.summary
+            )));
+        }
+        let mut cache = lock_cache(dev)?;
+        let (mr, key) = cache.acquire(addr, size, |start, len| {
+            // SAFETY: NCCL keeps the buffer allocated until deregMr (its documented contract),
+            // and the cache holds the registration only while some handle over these pages is
+            // alive; the page-rounded range lies in the same mapping as the buffer.
+            unsafe { Mr::reg(pd, start as *mut core::ffi::c_void, len, access) }
+        })?;
+        Ok((mr, Some(key)))
+    })
 }
 
 /// Where a DMA-BUF registration of `data` (at `offset` in the DMA-BUF) starts when it is
@@ -146,36 +215,38 @@ pub fn reg_mr_dmabuf(
     offset: u64,
     fd: i32,
 ) -> Result<Box<MrHandle>> {
-    let dev = comm.ep.dev;
     if ptr_type == ferro_ffi::NCCL_PTR_HOST && fd < 0 {
         return reg_mr(comm, data, size, ptr_type);
     }
-    if !dev.gdr.dmabuf.is_usable() {
-        return Err(Error::Usage(format!(
-            "{}: regMrDmaBuf refused: DMA-BUF path unavailable ({}); {}",
-            dev.ibdev,
-            dev.gdr.dmabuf.reasons().join(", "),
-            dev.gdr.summary
-        )));
-    }
     let addr = buffer_addr("regMrDmaBuf", data, size)?;
-    let pd = comm.ep.pd.clone();
     let access = reg_access();
-    let mut cache = lock_cache(dev)?;
-    let Some((page_start, fd_page_offset)) = dmabuf_page_cover(addr, offset, cache.page()) else {
-        drop(cache);
-        // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range; the registration pins it.
-        let mr = unsafe { Mr::reg_dmabuf(&pd, offset, size, data, fd, access) }?;
-        return Ok(MrHandle::boxed(Arc::new(mr), None, dev, MemKind::DmaBuf));
-    };
-    let (mr, key) = cache.acquire(addr, size, |start, len| {
-        debug_assert_eq!(start, page_start);
-        // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range (NCCL exports whole
-        // pages); the page-widened range starts `fd_page_offset` bytes into it, and the
-        // registration pins it for as long as the cache holds the entry.
-        unsafe { Mr::reg_dmabuf(&pd, fd_page_offset, len, start as u64, fd, access) }
-    })?;
-    Ok(MrHandle::boxed(mr, Some(key), dev, MemKind::DmaBuf))
+    reg_members(comm, MemKind::DmaBuf, |dev, pd| {
+        if !dev.gdr.dmabuf.is_usable() {
+            return Err(Error::Usage(format!(
+                "{}: regMrDmaBuf refused: DMA-BUF path unavailable ({}); {}",
+                dev.ibdev,
+                dev.gdr.dmabuf.reasons().join(", "),
+                dev.gdr.summary
+            )));
+        }
+        let mut cache = lock_cache(dev)?;
+        let Some((page_start, fd_page_offset)) = dmabuf_page_cover(addr, offset, cache.page())
+        else {
+            drop(cache);
+            // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range; the registration
+            // pins it.
+            let mr = unsafe { Mr::reg_dmabuf(pd, offset, size, data, fd, access) }?;
+            return Ok((Arc::new(mr), None));
+        };
+        let (mr, key) = cache.acquire(addr, size, |start, len| {
+            debug_assert_eq!(start, page_start);
+            // SAFETY: NCCL hands a DMA-BUF fd exported for this GPU range (NCCL exports whole
+            // pages); the page-widened range starts `fd_page_offset` bytes into it, and the
+            // registration pins it for as long as the cache holds the entry.
+            unsafe { Mr::reg_dmabuf(pd, fd_page_offset, len, start as u64, fd, access) }
+        })?;
+        Ok((mr, Some(key)))
+    })
 }
 
 /// `deregMr`: drops the handle's reference; the registration goes when the last one does.
@@ -191,14 +262,14 @@ pub unsafe fn dereg_mr(p: *mut core::ffi::c_void) -> Result<()> {
     }
     // SAFETY: allocated by Box::into_raw in the shim; deregMr ends its life exactly once.
     let h = unsafe { Box::from_raw(p.cast::<MrHandle>()) };
-    let freed = match h.key {
-        Some(key) => lock_cache(h.dev)?.release(key),
-        None => None,
-    };
-    // The MR itself is deregistered here, outside the cache lock, when the last Arc goes.
-    drop(freed);
-    drop(h);
-    Ok(())
+    let MrHandle { members, .. } = *h;
+    let mut first_err = Ok(());
+    for m in members {
+        if let Err(e) = m.release() {
+            first_err = first_err.and(Err(e));
+        }
+    }
+    first_err
 }
 
 #[cfg(test)]

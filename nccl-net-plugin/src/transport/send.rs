@@ -27,9 +27,9 @@ impl Comm {
         let Side::Sender { mem, core } = &self.side else {
             return Err(Error::Usage("isend on a receive comm".into()));
         };
-        let lkey = match (size, mh) {
-            (0, _) => 0,
-            (_, Some(m)) => m.lkey(),
+        let lkeys = match (size, mh) {
+            (0, _) => [0; ferro_proto::MAX_DEVS],
+            (_, Some(m)) => m.lkeys(),
             (_, None) => {
                 return Err(Error::Usage(
                     "isend of a non-empty buffer without a memory handle".into(),
@@ -38,7 +38,7 @@ impl Comm {
         };
         let mut core = self.lock(core)?;
         let step = core
-            .isend(tag, size, data, lkey, |seq, i| {
+            .isend(tag, size, data, lkeys, |seq, i| {
                 let e = CtsEntry::decode(
                     &mem.fifo.read::<ENTRY_SIZE>(fifo::entry_offset(seq, i)),
                     seq,
@@ -97,20 +97,13 @@ impl Comm {
         }
         let slot = SizesSlot {
             local_addr: mem.sizes_stage.addr(soff),
-            lkey: mem.sizes_stage.mr.lkey(),
+            lkeys: mem.sizes_stage.lkeys(),
             remote_addr: mem.peer_sizes.0 + soff as u64,
-            rkey: mem.peer_sizes.1,
+            rkeys: mem.peer_sizes.1,
         };
         let mut scratch = self.lock(&mem.scratch)?;
         let SendScratch { writes, sges, wrs } = &mut *scratch;
-        plan::plan_group_into(
-            group.seq,
-            group.items(),
-            self.ep.qps.len(),
-            self.split,
-            slot,
-            writes,
-        );
+        plan::plan_group_into(group.seq, group.items(), &self.ep.layout, slot, writes);
         // One chain per QP: group the writes by QP, the write with immediate last on each (the
         // order of the plain data writes among themselves does not matter).
         writes.sort_unstable_by_key(|w| (w.qp, w.imm.is_some()));
