@@ -578,6 +578,11 @@ impl Net {
     }
 
     /// `getProperties`, with unfilled fields left at [`PROP_UNSET`] (see [`Properties::unset_fields`]).
+    /// `makeVDevice` (v9+): the index of the virtual device fused from `devs`.
+    pub fn make_vdevice(&self, devs: &[c_int]) -> NetResult<c_int> {
+        raw::make_vdevice(self.table(), devs)
+    }
+
     pub fn get_properties(&self, dev: c_int) -> NetResult<Properties> {
         let mut p = Properties::unset_raw(self.version());
         raw::get_properties_any(self.table(), dev, &mut p)?;

@@ -369,6 +369,77 @@ pub fn devices<'a>(t: impl Into<Table<'a>>) -> NetResult<c_int> {
     Ok(n)
 }
 
+/// `makeVDevice` (v9+): fuses the physical devices `devs` and returns the new device's index.
+/// `devs` longer than the version's array (4, v12: 8) is refused here with
+/// `ncclInvalidArgument`; a table before v9 has no such entry (`ncclInternalError`).
+pub fn make_vdevice<'a>(t: impl Into<Table<'a>>, devs: &[c_int]) -> NetResult<c_int> {
+    let mut d: c_int = -1;
+    let ndevs = c_int::try_from(devs.len()).map_err(|_| ncclResult_t::InvalidArgument)?;
+    let mut small = ferro_ffi::ncclNetVDeviceProps_v9_t {
+        ndevs,
+        devs: [0; 4],
+    };
+    let mut large = ferro_ffi::ncclNetVDeviceProps_v12_t {
+        ndevs,
+        devs: [0; 8],
+    };
+    let fill = |dst: &mut [c_int]| -> NetResult<()> {
+        dst.get_mut(..devs.len())
+            .ok_or(ncclResult_t::InvalidArgument)?
+            .copy_from_slice(devs);
+        Ok(())
+    };
+    // SAFETY: (every arm) valid out-pointer and props for the call.
+    let r = unsafe {
+        match t.into() {
+            Table::V9(t) => {
+                fill(&mut small.devs)?;
+                entry(t.makeVDevice)?(&mut d, &mut small)
+            }
+            Table::V10(t) => {
+                fill(&mut small.devs)?;
+                entry(t.makeVDevice)?(&mut d, &mut small)
+            }
+            Table::V11(t, _) => {
+                fill(&mut small.devs)?;
+                entry(t.makeVDevice)?(&mut d, &mut small)
+            }
+            Table::V12(t, _) => {
+                fill(&mut large.devs)?;
+                entry(t.makeVDevice)?(&mut d, &mut large)
+            }
+            Table::V7(_) | Table::V8(_) => return Err(ncclResult_t::InternalError),
+        }
+    };
+    check(r)?;
+    Ok(d)
+}
+
+/// `makeVDevice` with a raw `ndevs` that may disagree with the array (to check refusals).
+pub fn make_vdevice_raw<'a>(t: impl Into<Table<'a>>, ndevs: c_int) -> NetResult<c_int> {
+    let mut d: c_int = -1;
+    let mut small = ferro_ffi::ncclNetVDeviceProps_v9_t {
+        ndevs,
+        devs: [0; 4],
+    };
+    let mut large = ferro_ffi::ncclNetVDeviceProps_v12_t {
+        ndevs,
+        devs: [0; 8],
+    };
+    // SAFETY: (every arm) valid out-pointer and props for the call.
+    let r = unsafe {
+        match t.into() {
+            Table::V9(t) => entry(t.makeVDevice)?(&mut d, &mut small),
+            Table::V10(t) => entry(t.makeVDevice)?(&mut d, &mut small),
+            Table::V11(t, _) => entry(t.makeVDevice)?(&mut d, &mut small),
+            Table::V12(t, _) => entry(t.makeVDevice)?(&mut d, &mut large),
+            Table::V7(_) | Table::V8(_) => return Err(ncclResult_t::InternalError),
+        }
+    };
+    check(r)?;
+    Ok(d)
+}
+
 /// Properties in the layout of the table's version (v10 shares v9's).
 #[derive(Debug, Clone, Copy)]
 pub enum AnyProps {

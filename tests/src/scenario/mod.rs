@@ -16,6 +16,7 @@ mod kill;
 mod probe;
 mod ring;
 mod sweep;
+mod vnic;
 
 pub use common::*;
 
@@ -53,10 +54,13 @@ pub enum Scenario {
     /// What the table version (`FERRO_NET_ABI`) adds: properties, size limits, the receive hint,
     /// profiler events, traffic class, v11 contexts.
     AbiFeatures,
+    /// A virtual NIC (`--dev a+b`, v9+): its properties, refused fusions, and traffic over
+    /// every member device, byte for byte, with the members' own packet counters.
+    VirtualNic,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::InitProbe,
         Scenario::ConnectOrders,
         Scenario::SizeSweep,
@@ -68,6 +72,7 @@ impl Scenario {
         Scenario::HostilePeers,
         Scenario::RingAllreduce,
         Scenario::AbiFeatures,
+        Scenario::VirtualNic,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +88,7 @@ impl Scenario {
             Scenario::HostilePeers => "hostile-peers",
             Scenario::RingAllreduce => "ring-allreduce",
             Scenario::AbiFeatures => "abi-features",
+            Scenario::VirtualNic => "virtual-nic",
         }
     }
 
@@ -113,6 +119,7 @@ impl Scenario {
             Scenario::HostilePeers => hostile::run(ctx),
             Scenario::RingAllreduce => ring::run(ctx),
             Scenario::AbiFeatures => abi::run(ctx),
+            Scenario::VirtualNic => vnic::run(ctx),
         }
     }
 }
@@ -278,9 +285,22 @@ pub fn init_plugin() -> HResult<&'static Net> {
     Ok(net)
 }
 
+/// The device a rank uses: a physical one by name, or, for `a+b[+...]`, a virtual NIC fused
+/// from the named physical devices with `makeVDevice` (v9+), as NCCL's topology code does.
+pub fn device_of(net: &Net, name: &str) -> HResult<c_int> {
+    if !name.contains('+') {
+        return net.device_by_name(name);
+    }
+    let members = name
+        .split('+')
+        .map(|m| net.device_by_name(m))
+        .collect::<HResult<Vec<_>>>()?;
+    net.make_vdevice(&members).call("makeVDevice")
+}
+
 fn setup(opts: &Opts, mut ctl: Ctl) -> HResult<Ctx> {
     let net = init_plugin()?;
-    let dev = net.device_by_name(&opts.dev)?;
+    let dev = device_of(net, &opts.dev)?;
     let props = net.get_properties(dev).call("getProperties")?;
     let (handle, listen) = net.listen(dev).call("listen")?;
     ctl.publish_handle(&handle);
