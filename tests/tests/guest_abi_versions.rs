@@ -2,35 +2,89 @@
 //! own processes (`FERRO_NET_ABI=<N>` makes the harness look up `ncclNetPlugin_v<N>` and call
 //! only that table), over rxe0. One scenario list, one test per version. The list has the
 //! version-independent data path (connection orders, sizes, requests in flight, grouped
-//! receives) and `abi-features`, which checks what the version adds (see
-//! `ferro_tests::scenario`). Fails (does not skip) outside the soft-RoCE guest.
+//! receives), faults (close in flight, a killed peer, hostile clients) and `abi-features`,
+//! which checks what the version adds (see `ferro_tests::scenario`). Fails (does not skip)
+//! outside the soft-RoCE guest.
 
 use ferro_ffi::AbiVersion;
-use ferro_tests::driver::{GroupSpec, run_group};
+use ferro_tests::driver::{GroupSpec, RawClient, run_group};
 use ferro_tests::guest;
 use std::path::Path;
 use std::time::Duration;
 
 const HARNESS: &str = env!("CARGO_BIN_EXE_nccl-harness");
 
-/// The scenarios each version runs, with their time limits in seconds.
-const SCENARIOS: [(&str, u64); 5] = [
-    ("connect-orders", 120),
-    ("size-sweep", 240),
-    ("inflight-32", 120),
-    ("grouped-recv", 120),
-    ("abi-features", 180),
-];
+/// How a scenario's outcome is judged.
+enum Expect {
+    AllPass,
+    /// `peer-kill`: the driver killed the other rank, and this one saw the failure and passed.
+    Survivor(usize),
+}
+
+/// The scenarios each version runs (without the version, which each test adds): the data path
+/// (connection orders, sizes, requests in flight, grouped receives), faults (close with work in
+/// flight, a killed sender, stray and silent clients on the listener), and what the version adds.
+fn scenarios() -> Vec<(GroupSpec, Expect)> {
+    let secs = Duration::from_secs;
+    vec![
+        (
+            GroupSpec::new("connect-orders", 2).timeout(secs(120)),
+            Expect::AllPass,
+        ),
+        (
+            GroupSpec::new("size-sweep", 2).timeout(secs(240)),
+            Expect::AllPass,
+        ),
+        (
+            GroupSpec::new("inflight-32", 2).timeout(secs(120)),
+            Expect::AllPass,
+        ),
+        (
+            GroupSpec::new("grouped-recv", 2).timeout(secs(120)),
+            Expect::AllPass,
+        ),
+        (
+            GroupSpec::new("close-inflight", 2).timeout(secs(120)),
+            Expect::AllPass,
+        ),
+        (
+            GroupSpec::new("peer-kill", 2)
+                .args(&["--victim", "sender"])
+                .timeout(secs(180)),
+            Expect::Survivor(0),
+        ),
+        (
+            GroupSpec::new("hostile-peers", 2)
+                .raw_client(RawClient::Garbage(64))
+                .raw_client(RawClient::Silent)
+                .timeout(secs(120)),
+            Expect::AllPass,
+        ),
+        (
+            GroupSpec::new("abi-features", 2).timeout(secs(180)),
+            Expect::AllPass,
+        ),
+    ]
+}
 
 fn every_scenario_passes_through(version: AbiVersion) {
     let _g = guest::serial();
     let n = version.number().to_string();
-    for (name, secs) in SCENARIOS {
-        let spec = GroupSpec::new(name, 2)
-            .env("FERRO_NET_ABI", &n)
-            .timeout(Duration::from_secs(secs));
+    for (spec, expect) in scenarios() {
+        let spec = spec.env("FERRO_NET_ABI", &n);
+        let name = spec.scenario.clone();
         let rep = run_group(Path::new(HARNESS), &spec);
-        rep.assert_all_passed();
+        match expect {
+            Expect::AllPass => rep.assert_all_passed(),
+            Expect::Survivor(r) => {
+                assert!(
+                    rep.rank(1 - r).killed_by_driver,
+                    "v{n} {name}: the victim was never killed\n{}",
+                    rep.dump()
+                );
+                rep.assert_passed(r);
+            }
+        }
         eprintln!("v{n} {name}: passed");
     }
 }

@@ -3,7 +3,7 @@
 //! - its properties: the name `a+b`, the summed speed, `vProps` listing the members, appended
 //!   after the devices that existed before;
 //! - refused fusions (a repeated member, a member out of range, a virtual member, zero members,
-//!   more than the version allows) fail and add no device;
+//!   more than the version allows) fail and add no device; a one-member group is accepted;
 //! - messages of every size from 0 to 64 MiB, byte for byte, over a connection between two
 //!   virtual NICs; the receiver reads every member's own packet counters (the kernel's
 //!   `hw_counters`, not the plugin's) around the traffic, and each member must have carried at
@@ -94,6 +94,19 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
     ensure!(
         after == ndev,
         "refused fusions changed devices() from {ndev} to {after}"
+    );
+    // A one-member group, as NCCL 2.24-2.26 ask for every device once any is fused.
+    let single = net.make_vdevice(&[m0]).call("makeVDevice of one device")?;
+    let sp = net.get_properties(single).call("getProperties")?;
+    ensure!(
+        single == ndev
+            && sp.name.as_deref() == Some(names[0].as_str())
+            && sp.vdevs.as_deref() == Some(&[m0][..])
+            && sp.speed == member_props[0].speed,
+        "one-member virtual NIC: index {single} (expected {ndev}), name {:?}, vProps {:?}, speed {}",
+        sp.name,
+        sp.vdevs,
+        sp.speed
     );
 
     // Traffic over both virtual NICs, with the members' packet counters around it.
