@@ -57,6 +57,27 @@ fn chunks_of(
     whole.into_iter().chain(parts.into_iter().flatten())
 }
 
+/// The bytes of one `size`-byte buffer of group `seq` that each QP the group uses carries:
+/// `(qp, len)` for every QP of [`group_qps`], in order. The cut [`plan_group`] makes (split: the
+/// chunks of [`split_chunks`], the last ones possibly empty; unsplit: the whole buffer on the
+/// group's QP), and the share of a posted receive buffer each QP's receive stands for.
+pub fn buffer_shares(
+    seq: u64,
+    size: u32,
+    nqps: usize,
+    split: bool,
+) -> impl Iterator<Item = (usize, u32)> {
+    let (whole, parts) = if split {
+        (None, Some(split_chunks(size, nqps)))
+    } else {
+        (Some((group_qps(seq, nqps, false).start, 0, size)), None)
+    };
+    whole
+        .into_iter()
+        .chain(parts.into_iter().flatten())
+        .map(|(qp, _, len)| (qp, len))
+}
+
 /// One matched send of a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendItem {
@@ -236,6 +257,52 @@ mod tests {
                     }
                 }
                 assert_eq!(next, size, "size {size} nqps {nqps}");
+            }
+        }
+    }
+
+    #[test]
+    fn buffer_shares_are_the_bytes_the_plan_writes_on_each_qp() {
+        for split in [false, true] {
+            for nqps in [1usize, 2, 3, 4] {
+                for seq in [0u64, 1, 5] {
+                    let sizes = [0u32, 1, 128, 129, 4096, 65537];
+                    let items: Vec<SendItem> = sizes
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &s)| item(i as u64, s))
+                        .collect();
+                    let qps: Vec<usize> = group_qps(seq, nqps, split).collect();
+                    for n in [1, items.len()] {
+                        let w = plan_group(seq, &items[..n], nqps, split, SIZES);
+                        for it in &items[..n] {
+                            let shares: Vec<(usize, u32)> =
+                                buffer_shares(seq, it.size, nqps, split).collect();
+                            let on: Vec<usize> = shares.iter().map(|s| s.0).collect();
+                            assert_eq!(on, qps, "one share per QP of the group");
+                            for (qp, len) in shares {
+                                let written: u32 = w
+                                    .iter()
+                                    .filter(|x| {
+                                        x.qp == qp
+                                            && x.len > 0
+                                            && x.local_addr >= it.addr
+                                            && x.local_addr < it.addr + 0x10_0000
+                                    })
+                                    .map(|x| x.len)
+                                    .sum();
+                                assert_eq!(
+                                    written, len,
+                                    "size {} qp {qp} nqps {nqps} split {split} n {n}",
+                                    it.size
+                                );
+                            }
+                            let total: u32 =
+                                buffer_shares(seq, it.size, nqps, split).map(|s| s.1).sum();
+                            assert_eq!(total, it.size);
+                        }
+                    }
+                }
             }
         }
     }

@@ -86,6 +86,8 @@ pub struct Comm {
     pub(super) sock: TcpStream,
     pub(super) peer: SocketAddr,
     handles: Box<[ReqHandle]>,
+    /// NCCL profiler events of this comm's work (v10+; empty without a profiler).
+    pub(crate) profiler: crate::profiler::CommEvents,
 }
 
 // SAFETY: the raw pointers inside (request handles' back-pointers to this comm, verbs objects)
@@ -226,9 +228,14 @@ impl Comm {
             .collect()
     }
 
-    /// The number of the comm's first QP (named in profiler events).
-    pub fn first_qpn(&self) -> u32 {
-        self.ep.qps.first().map_or(0, |q| q.qpn())
+    /// The numbers of the comm's data QPs, by QP index (named in profiler events).
+    pub fn qp_numbers(&self) -> impl Iterator<Item = u32> + '_ {
+        self.ep.qps.iter().map(|q| q.qpn())
+    }
+
+    /// Whether each message is split across the QPs (`NCCL_IB_SPLIT_DATA_ON_QPS`, as agreed).
+    pub fn splits_data(&self) -> bool {
+        self.split
     }
 
     /// A new comm on the heap, handed over as a raw pointer from the start: the request
@@ -253,6 +260,7 @@ impl Comm {
             sock,
             peer,
             handles: Box::new([]),
+            profiler: Default::default(),
         }));
         let handles: Box<[ReqHandle]> =
             (0..nreq as u32).map(|idx| ReqHandle::new(p, idx)).collect();
@@ -305,6 +313,7 @@ impl Comm {
             };
             for wc in &wcs[..n] {
                 if wc.status == IBV_WC_SUCCESS {
+                    crate::profiler::on_completion(self, wc);
                     on_wc(core, wc);
                 } else {
                     core.health_mut().fail(Failure::remote(format!(
