@@ -33,8 +33,10 @@
 //!
 //! Cost: without a callback every hook returns after one relaxed atomic load and nothing is
 //! allocated. With one, a comm's bookkeeping is allocated once, at its first event (fixed
-//! tables: 256 requests × QPs slots), so messages allocate nothing either. NCCL drives a comm
-//! from one thread; the bookkeeping has its own lock, taken inside the comm's.
+//! tables: 256 requests × QPs slots), so messages allocate nothing either. The bookkeeping has
+//! its own lock: the posting and completion hooks take it inside the comm's lock, `test`'s after
+//! it, and nothing takes the comm's lock while holding it. NCCL drives a comm from one thread, so
+//! no other call reuses a request between `test` reporting it done and its events being closed.
 
 use crate::transport::Comm;
 use core::cell::Cell;
