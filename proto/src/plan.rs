@@ -111,18 +111,32 @@ pub fn split_chunks(size: u32, nqps: usize) -> impl Iterator<Item = (usize, u32,
     })
 }
 
-/// The chunks of one item over the group's QPs: whole on a lone QP, else one per QP.
-fn chunks_of(it: &SendItem, qps: &Range<usize>) -> impl Iterator<Item = (usize, u32, u32)> {
+/// The chunks of a `size`-byte buffer over the group's QPs: whole on a lone QP, else one per
+/// QP, `(qp, offset, len)`.
+fn chunks(size: u32, qps: Range<usize>) -> impl Iterator<Item = (usize, u32, u32)> {
     let (whole, parts) = if qps.len() <= 1 {
-        (Some((qps.start, 0, it.size)), None)
+        (Some((qps.start, 0, size)), None)
     } else {
         let base = qps.start;
         (
             None,
-            Some(split_chunks(it.size, qps.len()).map(move |(q, o, l)| (base + q, o, l))),
+            Some(split_chunks(size, qps.len()).map(move |(q, o, l)| (base + q, o, l))),
         )
     };
     whole.into_iter().chain(parts.into_iter().flatten())
+}
+
+/// The chunks of one item over the group's QPs.
+fn chunks_of(it: &SendItem, qps: &Range<usize>) -> impl Iterator<Item = (usize, u32, u32)> {
+    chunks(it.size, qps.clone())
+}
+
+/// The bytes of one `size`-byte buffer of group `seq` that each QP the group uses carries:
+/// `(qp, len)` for every QP of [`QpLayout::group_qps`], in order. The cut [`plan_group`] makes
+/// (over several QPs: the chunks of [`split_chunks`], the last ones possibly empty; on one QP:
+/// the whole buffer), and the share of a posted receive buffer each QP's receive stands for.
+pub fn buffer_shares(seq: u64, size: u32, layout: &QpLayout) -> impl Iterator<Item = (usize, u32)> {
+    chunks(size, layout.group_qps(seq)).map(|(qp, _, len)| (qp, len))
 }
 
 /// One matched send of a group.
@@ -317,6 +331,52 @@ mod tests {
                     }
                 }
                 assert_eq!(next, size, "size {size} nqps {nqps}");
+            }
+        }
+    }
+
+    #[test]
+    fn buffer_shares_are_the_bytes_the_plan_writes_on_each_qp() {
+        for split in [false, true] {
+            for nqps in [1usize, 2, 3, 4] {
+                for seq in [0u64, 1, 5] {
+                    let sizes = [0u32, 1, 128, 129, 4096, 65537];
+                    let items: Vec<SendItem> = sizes
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &s)| item(i as u64, s))
+                        .collect();
+                    let lay = one(nqps, split);
+                    let qps: Vec<usize> = lay.group_qps(seq).collect();
+                    for n in [1, items.len()] {
+                        let w = plan_group(seq, &items[..n], &lay, SIZES);
+                        for it in &items[..n] {
+                            let shares: Vec<(usize, u32)> =
+                                buffer_shares(seq, it.size, &lay).collect();
+                            let on: Vec<usize> = shares.iter().map(|s| s.0).collect();
+                            assert_eq!(on, qps, "one share per QP of the group");
+                            for (qp, len) in shares {
+                                let written: u32 = w
+                                    .iter()
+                                    .filter(|x| {
+                                        x.qp == qp
+                                            && x.len > 0
+                                            && x.local_addr >= it.addr
+                                            && x.local_addr < it.addr + 0x10_0000
+                                    })
+                                    .map(|x| x.len)
+                                    .sum();
+                                assert_eq!(
+                                    written, len,
+                                    "size {} qp {qp} nqps {nqps} split {split} n {n}",
+                                    it.size
+                                );
+                            }
+                            let total: u32 = buffer_shares(seq, it.size, &lay).map(|s| s.1).sum();
+                            assert_eq!(total, it.size);
+                        }
+                    }
+                }
             }
         }
     }

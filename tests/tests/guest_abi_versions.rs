@@ -3,8 +3,10 @@
 //! only that table), over rxe0. One scenario list, one test per version. The list has the
 //! version-independent data path (connection orders, sizes, requests in flight, grouped
 //! receives), faults (close in flight, a killed peer, hostile clients) and `abi-features`,
-//! which checks what the version adds (see `ferro_tests::scenario`). Fails (does not skip)
-//! outside the soft-RoCE guest.
+//! which checks what the version adds (see `ferro_tests::scenario`). v10+ run `abi-features` a
+//! second time with two QPs per connection and messages split across them, where every buffer's
+//! profiler events must be one per QP, on distinct QPs. Fails (does not skip) outside the
+//! soft-RoCE guest.
 
 use ferro_ffi::AbiVersion;
 use ferro_tests::driver::{GroupSpec, RawClient, run_group};
@@ -86,6 +88,16 @@ fn every_scenario_passes_through(version: AbiVersion) {
             }
         }
         eprintln!("v{n} {name}: passed");
+    }
+    if version >= AbiVersion::V10 {
+        let spec = GroupSpec::new("abi-features", 2)
+            .env("FERRO_NET_ABI", &n)
+            .env("NCCL_IB_QPS_PER_CONNECTION", "2")
+            .env("NCCL_IB_SPLIT_DATA_ON_QPS", "1")
+            .timeout(Duration::from_secs(180));
+        let rep = run_group(Path::new(HARNESS), &spec);
+        rep.assert_all_passed();
+        eprintln!("v{n} abi-features, 2 QPs split: passed");
     }
 }
 

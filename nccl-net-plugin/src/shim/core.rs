@@ -237,8 +237,7 @@ pub(super) fn isend<S: SizeArg>(
     let m = unsafe { transport::mr_ref(mhandle) }?;
     check_fits(c, m)?;
     let size = request_bytes(c.device(), "isend", size)?;
-    let r = c.isend(data as u64, size, tag, m)?;
-    crate::profiler::on_post(c, r, &[phandle], &[size], true);
+    let r = crate::profiler::with_phandles(&[phandle], || c.isend(data as u64, size, tag, m))?;
     out(
         "request",
         request,
@@ -311,9 +310,7 @@ pub(super) fn irecv<S: SizeArg>(
             rkeys,
         };
     }
-    let r = c.irecv(&bufs[..n])?;
-    let lengths: [u32; plugin::MAX_RECVS] = core::array::from_fn(|i| bufs[i].size);
-    crate::profiler::on_post(c, r, &ph[..n], &lengths[..n], false);
+    let r = crate::profiler::with_phandles(&ph[..n], || c.irecv(&bufs[..n]))?;
     out(
         "request",
         request,
@@ -368,7 +365,6 @@ pub(super) fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) ->
     match r {
         None => out("done", done, 0),
         Some(d) => {
-            crate::profiler::on_done(request);
             if !sizes.is_null() {
                 for (i, v) in d.sizes.iter().take(d.n).enumerate() {
                     // SAFETY: sizes has room for n entries (the request's buffer count).
@@ -385,9 +381,6 @@ pub(super) fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) ->
 /// # Safety
 /// `comm` is NULL or a comm of this kind that NCCL never uses again.
 pub(super) unsafe fn close(comm: *mut c_void, kind: transport::ObjectKind) -> Result<()> {
-    if kind != transport::ObjectKind::ListenComm {
-        crate::profiler::on_close(comm);
-    }
     // SAFETY: forwarded contract (checked by its magic).
     unsafe { transport::close(comm, kind) }
 }

@@ -88,6 +88,8 @@ pub struct Comm {
     pub(super) sock: TcpStream,
     pub(super) peer: SocketAddr,
     handles: Box<[ReqHandle]>,
+    /// NCCL profiler events of this comm's work (v10+; empty without a profiler).
+    pub(crate) profiler: crate::profiler::CommEvents,
 }
 
 // SAFETY: the raw pointers inside (request handles' back-pointers to this comm, verbs objects)
@@ -233,9 +235,14 @@ impl Comm {
             .collect()
     }
 
-    /// The number of the comm's first QP (named in profiler events).
-    pub fn first_qpn(&self) -> u32 {
-        self.ep.qps.first().map_or(0, |q| q.qpn())
+    /// The numbers of the comm's data QPs, by QP index (named in profiler events).
+    pub fn qp_numbers(&self) -> impl Iterator<Item = u32> + '_ {
+        self.ep.qps.iter().map(|q| q.qpn())
+    }
+
+    /// How the comm's QPs map onto the member devices and which QPs each group uses.
+    pub fn layout(&self) -> ferro_proto::plan::QpLayout {
+        self.ep.layout
     }
 
     /// A new comm on the heap, handed over as a raw pointer from the start: the request
@@ -253,6 +260,7 @@ impl Comm {
             sock,
             peer,
             handles: Box::new([]),
+            profiler: Default::default(),
         }));
         let handles: Box<[ReqHandle]> =
             (0..nreq as u32).map(|idx| ReqHandle::new(p, idx)).collect();
@@ -314,6 +322,7 @@ impl Comm {
             rail.count_completions(n);
             for wc in &wcs[..n] {
                 if wc.status == IBV_WC_SUCCESS {
+                    crate::profiler::on_completion(self, wc);
                     on_wc(core, wc);
                 } else {
                     core.health_mut().fail(Failure::remote(format!(

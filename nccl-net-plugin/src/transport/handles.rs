@@ -135,7 +135,11 @@ pub unsafe fn test_request(p: *mut core::ffi::c_void) -> Result<Option<Done>> {
     let h = unsafe { &*p.cast::<ReqHandle>() };
     // SAFETY: the back-pointer was set at comm creation and the comm is alive.
     let comm = unsafe { &*h.comm };
-    comm.test(h.idx)
+    let done = comm.test(h.idx);
+    if let Ok(Some(_)) = done {
+        crate::profiler::on_done(comm, h.idx);
+    }
+    done
 }
 
 /// Frees a comm or listen comm of the given kind (closeSend / closeRecv / closeListen).

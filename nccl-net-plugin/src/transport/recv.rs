@@ -56,6 +56,7 @@ impl Comm {
                 return Err(self.fail(&mut core, e));
             }
         }
+        crate::profiler::on_recv_posted(self, &post);
         // Staged now, written now or by a later call (coalesced with the receives after it).
         let off = post.stage_offset();
         for (i, e) in post.entries().iter().enumerate() {

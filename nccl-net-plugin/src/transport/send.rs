@@ -64,7 +64,10 @@ impl Comm {
                 self.on_wait(&mut *core, sender_completion);
                 retry_answer(&*core)
             }
-            SendStep::Matched { req } => Ok(Some(self.req_ptr(req))),
+            SendStep::Matched { req } => {
+                crate::profiler::on_send_matched(self, req);
+                Ok(Some(self.req_ptr(req)))
+            }
             SendStep::Post { req, group } => {
                 // NCCL_IB_USE_INLINE: a payload of up to one clear-to-send entry's size (the QPs'
                 // inline room) may be copied into the work request by the CPU at post time, so
@@ -77,6 +80,7 @@ impl Comm {
                     core.health.fail(Failure::system(e.to_string()));
                     return Err(e);
                 }
+                crate::profiler::on_send_posted(self, req, &group);
                 Ok(Some(self.req_ptr(req)))
             }
         }

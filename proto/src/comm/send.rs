@@ -66,6 +66,7 @@ pub struct Truncation {
 pub struct ReadyGroup {
     pub seq: u64,
     items: [SendItem; MAX_RECVS],
+    reqs: [u32; MAX_RECVS],
     n: usize,
 }
 
@@ -73,6 +74,11 @@ impl ReadyGroup {
     /// The sends in the receiver's buffer order.
     pub fn items(&self) -> &[SendItem] {
         &self.items[..self.n]
+    }
+
+    /// The request of each send, in the same order as [`ReadyGroup::items`].
+    pub fn reqs(&self) -> &[u32] {
+        &self.reqs[..self.n]
     }
 }
 
@@ -223,6 +229,7 @@ impl SendCore {
             group: ReadyGroup {
                 seq: g.seq,
                 items: g.items,
+                reqs: g.reqs,
                 n: g.n,
             },
         })
@@ -473,6 +480,25 @@ mod tests {
         send(&mut c, &fifo, 1, 8);
         let n = c.health.counters;
         assert_eq!((n.retries, n.tag_ahead, n.messages, n.bytes), (1, 1, 1, 8));
+    }
+
+    #[test]
+    fn a_posted_group_names_the_request_of_each_of_its_sends() {
+        let fifo = Fifo {
+            groups: vec![vec![(3, 10), (4, 10)]],
+        };
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
+        let SendStep::Matched { req: first } = send(&mut c, &fifo, 4, 1) else {
+            panic!("the first send of two only matches")
+        };
+        let SendStep::Post { req, group } = send(&mut c, &fifo, 3, 2) else {
+            panic!("the second send posts the group")
+        };
+        assert_eq!(
+            group.reqs(),
+            &[req, first],
+            "in the receiver's buffer order"
+        );
     }
 
     #[test]
