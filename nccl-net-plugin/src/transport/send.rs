@@ -109,10 +109,12 @@ impl Comm {
             self.ep.qps.len(),
             self.split,
             slot,
+            self.ep.dev.max_write_bytes(),
             writes,
         );
         // One chain per QP: group the writes by QP, the write with immediate last on each (the
-        // order of the plain data writes among themselves does not matter).
+        // order of the plain data writes among themselves, pieces of a long chunk included,
+        // does not matter: the immediate's completion comes after all of them).
         writes.sort_unstable_by_key(|w| (w.qp, w.imm.is_some()));
         let wr_id = WrId::Send { seq: group.seq }.encode();
         for run in writes.chunk_by(|a, b| a.qp == b.qp) {
