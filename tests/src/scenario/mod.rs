@@ -7,6 +7,7 @@
 //! rank r is given the handle of rank (r+1) % n.
 
 mod abi;
+mod big;
 mod close;
 mod common;
 mod connect;
@@ -53,10 +54,13 @@ pub enum Scenario {
     /// What the table version (`FERRO_NET_ABI`) adds: properties, size limits, the receive hint,
     /// profiler events, traffic class, v11 contexts.
     AbiFeatures,
+    /// One message of 2.1 GiB (above 2^31) through a v9+ table: split into several writes,
+    /// every byte checked, `test` reporting `INT_MAX`.
+    BigMessage,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::InitProbe,
         Scenario::ConnectOrders,
         Scenario::SizeSweep,
@@ -68,6 +72,7 @@ impl Scenario {
         Scenario::HostilePeers,
         Scenario::RingAllreduce,
         Scenario::AbiFeatures,
+        Scenario::BigMessage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +88,7 @@ impl Scenario {
             Scenario::HostilePeers => "hostile-peers",
             Scenario::RingAllreduce => "ring-allreduce",
             Scenario::AbiFeatures => "abi-features",
+            Scenario::BigMessage => "big-message",
         }
     }
 
@@ -113,6 +119,7 @@ impl Scenario {
             Scenario::HostilePeers => hostile::run(ctx),
             Scenario::RingAllreduce => ring::run(ctx),
             Scenario::AbiFeatures => abi::run(ctx),
+            Scenario::BigMessage => big::run(ctx),
         }
     }
 }
