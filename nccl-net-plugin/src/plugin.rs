@@ -351,8 +351,8 @@ mod tests {
     fn one_request_carries_what_a_32_bit_size_can_say_above_nccls_own_cap() {
         assert_eq!(MAX_REQUEST_BYTES, 4_294_967_295);
         // NCCL asks for 1 GiB at most per request, and accepts 1 TiB at most as maxP2pBytes.
-        assert!(MAX_REQUEST_BYTES > 1 << 30 && MAX_REQUEST_BYTES <= 1 << 40);
+        const { assert!(MAX_REQUEST_BYTES > 1 << 30 && MAX_REQUEST_BYTES <= 1 << 40) };
         // Above what v7/v8 int sizes can express, so those versions refuse only negative sizes.
-        assert!(MAX_REQUEST_BYTES > i32::MAX as u64);
+        const { assert!(MAX_REQUEST_BYTES > i32::MAX as u64) };
     }
 }
