@@ -81,27 +81,25 @@ impl NetDevice {
         }
     }
 
-    /// Most bytes one request buffer may carry ([`request_limit`] of the port's `max_msg_sz`).
+    /// Most bytes one request buffer may carry ([`MAX_REQUEST_BYTES`], whatever the port).
     pub fn max_request_bytes(&self) -> u64 {
-        request_limit(self.max_msg_sz)
+        MAX_REQUEST_BYTES
+    }
+
+    /// Most bytes one RDMA write may carry on this port ([`ferro_proto::plan::write_limit`] of
+    /// its `max_msg_sz`): longer chunks of a request go as several writes.
+    pub fn max_write_bytes(&self) -> u32 {
+        ferro_proto::plan::write_limit(self.max_msg_sz)
     }
 }
 
-/// NCCL's own cap on one network request (`NCCL_MAX_NET_SIZE`, 1 GiB): the core never asks for
-/// more in one `isend`/`irecv` buffer.
-pub const NCCL_MAX_NET_SIZE: u64 = 1 << 30;
-
-/// Most bytes one request buffer may carry on a port whose `max_msg_sz` is given: one RDMA write
-/// carries a whole buffer (its size travels as a 32-bit immediate or sizes entry), so the port's
-/// limit bounds it, but never below NCCL's own 1 GiB cap. A device that reports less than that
-/// (rxe reports 8 MiB, and carries up to 2 GiB in one write) is given writes up to 1 GiB, as
-/// NCCL's IB transport gives them too (it posts one write per QP whatever the size). `test`
-/// reports sizes as `int` in every ABI version, so nothing above `INT_MAX` is ever accepted.
-pub fn request_limit(max_msg_sz: u32) -> u64 {
-    u64::from(max_msg_sz)
-        .max(NCCL_MAX_NET_SIZE)
-        .min(i32::MAX as u64)
-}
+/// Most bytes one request buffer may carry (`maxP2pBytes` = `maxCollBytes` of v9+): a request's
+/// size is 32 bits everywhere on the wire (clear-to-send entry, sizes record, immediate), and a
+/// buffer longer than one write carries is written in several ([`NetDevice::max_write_bytes`]).
+/// v7 and v8 pass `int` sizes, which never reach it. `test` reports sizes as `int` in every
+/// version: a receive of more than `INT_MAX` bytes is reported as `INT_MAX` (see
+/// `shim::core::test`).
+pub const MAX_REQUEST_BYTES: u64 = u32::MAX as u64;
 
 /// One device's properties as the core knows them; [`crate::shim`] writes them into each ABI
 /// version's layout (fields a version lacks are left out, fields it adds get their values here).
@@ -331,12 +329,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_request_carries_the_port_limit_but_never_less_than_nccls_cap() {
-        // rxe reports 8 MiB; mlx5 1 GiB; a port may report up to 4 GiB - 1.
-        assert_eq!(request_limit(0x80_0000), 1 << 30);
-        assert_eq!(request_limit(1 << 30), 1 << 30);
-        // test's sizes are int: 2 GiB - 1 at most.
-        assert_eq!(request_limit(1 << 31), (1 << 31) - 1);
-        assert_eq!(request_limit(u32::MAX), (1 << 31) - 1);
+    fn one_request_carries_what_a_32_bit_size_can_say_above_nccls_own_cap() {
+        assert_eq!(MAX_REQUEST_BYTES, 4_294_967_295);
+        // NCCL asks for 1 GiB at most per request, and accepts 1 TiB at most as maxP2pBytes.
+        const { assert!(MAX_REQUEST_BYTES > 1 << 30 && MAX_REQUEST_BYTES <= 1 << 40) };
+        // Above what v7/v8 int sizes can express, so those versions refuse only negative sizes.
+        const { assert!(MAX_REQUEST_BYTES > i32::MAX as u64) };
     }
 }

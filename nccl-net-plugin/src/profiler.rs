@@ -7,8 +7,8 @@
 //! `ncclProfilerNetIbDescr_v1_t` per QP:
 //! - a send buffer, when its group's writes are posted: that may be during a later `isend` than
 //!   its own (a send that only matched a buffer of a receive group waits for the other sends of
-//!   the group). One event per QP the group uses: the index of the physical device the QP is on, the writes' `wr_id`, opcode
-//!   `RDMA_WRITE_WITH_IMM` (a group of one buffer) or `RDMA_WRITE` (a buffer of a larger group,
+//!   the group). One event per QP the group uses: the index of the physical device the QP is
+//!   on, the writes' `wr_id`, opcode `RDMA_WRITE_WITH_IMM` (a group of one buffer) or `RDMA_WRITE` (a buffer of a larger group,
 //!   whose write with immediate carries the sizes), that QP's number, and the bytes of the buffer
 //!   that QP carries ([`ferro_proto::plan::buffer_shares`]: the whole buffer unsplit; its chunk,
 //!   possibly empty, in split mode). The lengths of a buffer's events add up to its size;

@@ -61,6 +61,15 @@ impl VDevice {
             .unwrap_or(0)
     }
 
+    /// Most bytes one RDMA write may carry on every member (longer chunks go in pieces).
+    pub fn max_write_bytes(&self) -> u32 {
+        self.members
+            .iter()
+            .map(|m| m.max_write_bytes())
+            .min()
+            .unwrap_or(ferro_proto::plan::MIN_WRITE_LIMIT)
+    }
+
     /// The properties NCCL reads: a physical device's own; for a virtual one, NCCL's rules:
     /// the name `a+b`, the summed speed, GPU memory support only when every member has it,
     /// the rest from the first member, and the member list.

@@ -7,7 +7,8 @@
 //! up to 32 groups, groups hold repeated tags and zero-byte members. Whatever the interleaving,
 //! every message must land in the buffer NCCL's matching rule assigns it (the `j`-th send of tag
 //! `t` fills the `j`-th posted buffer of tag `t`), byte for byte, and both sides must report the
-//! right sizes.
+//! right sizes. Some runs limit writes to a few bytes, so every message goes as plain pieces
+//! ended by one write with immediate, as messages above the port's write limit do.
 
 // The fake wire is test code: a broken invariant is a test failure, so it panics.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -68,6 +69,8 @@ struct Wire {
     /// The sender's view of the QPs (the receiver's has the member counts swapped).
     layout: QpLayout,
     nqps: usize,
+    /// The most one write carries (the plan cuts longer chunks into pieces).
+    max_write: u32,
     arena: Arena,
     send: SendCore,
     recv: RecvCore,
@@ -156,6 +159,7 @@ impl Wire {
         Wire {
             layout,
             nqps,
+            max_write: u32::MAX,
             arena,
             send: SendCore::new(layout),
             recv: RecvCore::new(recv_layout),
@@ -303,7 +307,7 @@ impl Wire {
             remote_addr: self.sizes + soff as u64,
             rkeys: [2; MAX_DEVS],
         };
-        let writes = plan::plan_group(g.seq, g.items(), &self.layout, slot);
+        let writes = plan::plan_group(g.seq, g.items(), &self.layout, slot, self.max_write);
         assert_eq!(
             writes.iter().filter(|w| w.imm.is_some()).count(),
             self.layout.group_qps(g.seq).len(),
@@ -631,6 +635,7 @@ proptest! {
         shape in prop::collection::vec(prop::collection::vec((0u32..4, 0u32..200, 0u32..=130), 1..=MAX_RECVS), 1..45),
         schedule in prop::collection::vec(any::<u32>(), 0..1500),
         runner in prop::option::of(0usize..4),
+        max_write in prop_oneof![Just(u32::MAX), 1u32..=64],
     ) {
         let groups: Vec<Vec<Member>> = shape
             .iter()
@@ -643,6 +648,8 @@ proptest! {
         // A physical pair, or virtual NICs of 1 to 3 members on either side.
         let (l, r) = devs.unwrap_or((1, 1));
         let mut w = Wire::with_layout(QpLayout::new(qpc, split, l, r), groups, tags);
+        // Writes of a few bytes at most: every message of more goes in pieces.
+        w.max_write = max_write;
         w.run(&schedule, runner.map(|r| r % tags));
     }
 }

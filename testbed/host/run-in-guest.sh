@@ -13,7 +13,8 @@
 #
 # Environment (host side):
 #   FERRO_TESTBED_TIMEOUT  default for --timeout
-#   FERRO_TESTBED_MEMORY   guest memory (default 4G)
+#   FERRO_TESTBED_MEMORY   guest memory (default 8G: the 2.1 GiB message test holds two
+#                          such buffers in two processes; TCG allocates it lazily)
 #   FERRO_TESTBED_CPUS     guest CPUs (default 2)
 #   FERRO_GUEST_OUT        results folder, writable from the guest (default <repo>/target/guest-out)
 #   FERRO_GUEST_ENV        extra variable names to pass into the guest (space-separated)
@@ -98,7 +99,7 @@ trap 'rm -f "$cmdfile"' EXIT
   printf '\n'
 } >"$cmdfile"
 
-memory="${FERRO_TESTBED_MEMORY:-4G}"
+memory="${FERRO_TESTBED_MEMORY:-8G}"
 cpus="${FERRO_TESTBED_CPUS:-2}"
 vng_args=(--run "$kernel" --user root --disable-kvm --memory "$memory" --cpus "$cpus"
   --rwdir "$out" --cwd "$REPO" --exec "bash $(sq "$cmdfile")")

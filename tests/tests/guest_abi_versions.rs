@@ -7,6 +7,9 @@
 //! second time with two QPs per connection and messages split across them, where every buffer's
 //! profiler events must be one per QP, on distinct QPs. Fails (does not skip) outside the
 //! soft-RoCE guest.
+//!
+//! A separate test sends one 2.1 GiB message (above 2^31) through each table with `size_t`
+//! sizes (v9 to v12), one after the other in the same boot (`big-message`).
 
 use ferro_ffi::AbiVersion;
 use ferro_tests::driver::{GroupSpec, RawClient, run_group};
@@ -129,4 +132,36 @@ fn every_scenario_passes_through_the_v11_table() {
 #[test]
 fn every_scenario_passes_through_the_v12_table() {
     every_scenario_passes_through(AbiVersion::V12);
+}
+
+/// The tables whose sizes are `size_t`, so a request may exceed 2 GiB.
+const SIZE_T_TABLES: [AbiVersion; 4] = [
+    AbiVersion::V9,
+    AbiVersion::V10,
+    AbiVersion::V11,
+    AbiVersion::V12,
+];
+
+#[test]
+fn a_message_above_2_gib_crosses_every_table_with_size_t_sizes() {
+    let _g = guest::serial();
+    let all = std::time::Instant::now();
+    for version in SIZE_T_TABLES {
+        let n = version.number().to_string();
+        let start = std::time::Instant::now();
+        let spec = GroupSpec::new("big-message", 2)
+            .env("FERRO_NET_ABI", &n)
+            .timeout(Duration::from_secs(1200));
+        let rep = run_group(Path::new(HARNESS), &spec);
+        rep.assert_all_passed();
+        eprintln!(
+            "v{n} big-message: passed in {:.0} s\n{}",
+            start.elapsed().as_secs_f64(),
+            rep.summary()
+        );
+    }
+    eprintln!(
+        "big-message through v9, v10, v11, v12: {:.0} s",
+        all.elapsed().as_secs_f64()
+    );
 }

@@ -40,7 +40,9 @@ impl SizeArg for usize {
 }
 
 /// Checks one request buffer's size against what one request carries on `dev` (its
-/// `maxP2pBytes`): a size that does not fit is an error naming it, never a truncation.
+/// `maxP2pBytes`, 4 GiB - 1: a request's size is 32 bits on the wire): a size that does not fit
+/// is an error naming it and the limit, never a truncation. v7/v8 `int` sizes never exceed it,
+/// so those versions refuse negative sizes only.
 fn request_bytes<S: SizeArg>(dev: &crate::vnic::VDevice, what: &str, size: S) -> Result<u32> {
     let bytes = size
         .bytes()
@@ -48,7 +50,7 @@ fn request_bytes<S: SizeArg>(dev: &crate::vnic::VDevice, what: &str, size: S) ->
     let max = dev.max_request_bytes();
     if bytes > max {
         return Err(Error::Usage(format!(
-            "{what} of {bytes} bytes exceeds what one request carries on {} ({max} bytes, the maxP2pBytes reported for the device)",
+            "{what} of {bytes} bytes exceeds what one request carries on {} ({max} bytes, the maxP2pBytes reported for the device: sizes are 32 bits on the wire); nothing was posted",
             dev.label()
         )));
     }
@@ -57,6 +59,13 @@ fn request_bytes<S: SizeArg>(dev: &crate::vnic::VDevice, what: &str, size: S) ->
             "{what} of {bytes} bytes exceeds the 32-bit size a request carries"
         ))
     })
+}
+
+/// A request's size as `test` reports it: `int` in every ABI version, so a receive of more than
+/// `INT_MAX` bytes (possible from v9 on, up to 4 GiB - 1) is reported as `INT_MAX`, never as a
+/// wrapped negative number. The data is all there; only the count is capped.
+fn reported_size(bytes: u32) -> c_int {
+    c_int::try_from(bytes).unwrap_or(c_int::MAX)
 }
 
 /// `init`: the process-wide device state, built once (later calls return the same outcome).
@@ -346,6 +355,8 @@ pub(super) fn iflush(
         let (d, s, m) = unsafe { (*data.add(i), *sizes.add(i), *mhandles.add(i)) };
         // SAFETY: NULL or an mhandle of ours (checked by its magic).
         let m = unsafe { transport::mr_ref(m) }?;
+        // The sizes `test` reported (INT_MAX for a larger receive): a flush only needs to know
+        // which buffers are not empty.
         *buf = (d as u64, u32::try_from(s).unwrap_or(0), m);
     }
     let r = c.iflush(&bufs[..n])?;
@@ -356,6 +367,8 @@ pub(super) fn iflush(
     )
 }
 
+/// `test`: `*done` and, when done, each buffer's size ([`reported_size`]: saturated at
+/// `INT_MAX`, as `sizes` is `int*` in every version).
 pub(super) fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> Result<()> {
     if done.is_null() {
         return Err(Error::Usage("test with done NULL".into()));
@@ -368,7 +381,7 @@ pub(super) fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) ->
             if !sizes.is_null() {
                 for (i, v) in d.sizes.iter().take(d.n).enumerate() {
                     // SAFETY: sizes has room for n entries (the request's buffer count).
-                    unsafe { sizes.add(i).write(*v as c_int) };
+                    unsafe { sizes.add(i).write(reported_size(*v)) };
                 }
             }
             out("done", done, 1)
@@ -396,6 +409,15 @@ mod tests {
         assert_eq!(traffic_class(255).ok(), Some(Some(255)));
         assert!(traffic_class(256).is_err());
         assert!(traffic_class(-2).is_err());
+    }
+
+    #[test]
+    fn sizes_above_int_max_are_reported_as_int_max_never_negative() {
+        assert_eq!(reported_size(0), 0);
+        assert_eq!(reported_size(i32::MAX as u32), c_int::MAX);
+        assert_eq!(reported_size(1 << 31), c_int::MAX);
+        assert_eq!(reported_size(2_254_857_830), c_int::MAX);
+        assert_eq!(reported_size(u32::MAX), c_int::MAX);
     }
 
     #[test]

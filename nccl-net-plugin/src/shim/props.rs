@@ -13,10 +13,12 @@ fn vprops<const N: usize>(p: &DeviceProps) -> (c_int, [c_int; N]) {
     (p.members.len().min(N) as c_int, devs)
 }
 
+/// `maxP2pBytes` / `maxCollBytes`: what one request carries (`plugin::MAX_REQUEST_BYTES`,
+/// 4 GiB - 1), as is; the clamp into NCCL's accepted range (1 byte to 1 TiB) never changes it.
 fn max_bytes(p: &DeviceProps) -> usize {
     usize::try_from(p.max_p2p_bytes)
         .unwrap_or(usize::MAX)
-        .min(NCCL_MAX_NET_SIZE_BYTES)
+        .clamp(1, NCCL_MAX_NET_SIZE_BYTES)
 }
 
 pub(super) fn v7(p: &DeviceProps) -> ncclNetProperties_v7_t {
@@ -175,5 +177,21 @@ mod tests {
         assert_eq!(v9(&p).maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
         p.max_p2p_bytes = 1;
         assert_eq!(v9(&p).maxCollBytes, 1);
+        p.max_p2p_bytes = 0;
+        assert_eq!(v9(&p).maxCollBytes, 1);
+    }
+
+    #[test]
+    fn v9_and_later_report_the_32_bit_request_limit_as_is() {
+        let mut p = sample();
+        p.max_p2p_bytes = crate::plugin::MAX_REQUEST_BYTES;
+        let (c, d, e) = (v9(&p), v11(&p), v12(&p));
+        for (p2p, coll) in [
+            (c.maxP2pBytes, c.maxCollBytes),
+            (d.maxP2pBytes, d.maxCollBytes),
+            (e.maxP2pBytes, e.maxCollBytes),
+        ] {
+            assert_eq!((p2p, coll), (4_294_967_295, 4_294_967_295));
+        }
     }
 }

@@ -107,9 +107,17 @@ impl Comm {
         };
         let mut scratch = self.lock(&mem.scratch)?;
         let SendScratch { writes, sges, wrs } = &mut *scratch;
-        plan::plan_group_into(group.seq, group.items(), &self.ep.layout, slot, writes);
+        plan::plan_group_into(
+            group.seq,
+            group.items(),
+            &self.ep.layout,
+            slot,
+            self.ep.vdev.max_write_bytes(),
+            writes,
+        );
         // One chain per QP: group the writes by QP, the write with immediate last on each (the
-        // order of the plain data writes among themselves does not matter).
+        // order of the plain data writes among themselves, pieces of a long chunk included,
+        // does not matter: the immediate's completion comes after all of them).
         writes.sort_unstable_by_key(|w| (w.qp, w.imm.is_some()));
         let wr_id = WrId::Send { seq: group.seq }.encode();
         for run in writes.chunk_by(|a, b| a.qp == b.qp) {

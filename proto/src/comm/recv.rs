@@ -332,7 +332,10 @@ impl RecvCore {
                 if done.is_some() || *remaining == 0 {
                     return;
                 }
-                *imm_sum = imm_sum.wrapping_add(imm);
+                // The immediates of a group add up to the bytes its one buffer received, at
+                // most u32::MAX (what a request carries); a peer that claims more is held at
+                // u32::MAX rather than wrapped to a small size.
+                *imm_sum = imm_sum.saturating_add(imm);
                 *remaining -= 1;
                 if *remaining > 0 {
                     return;
@@ -457,6 +460,26 @@ mod tests {
             c.handle_completion(p.recv_wr_id(), imm, |_, _| unreachable!());
         }
         assert_eq!(c.take_done(p.req), Ok(Some(Done::one(300))));
+    }
+
+    #[test]
+    fn immediates_of_a_receive_of_nearly_4_gib_add_up_without_overflow() {
+        // u32::MAX bytes split over 4 QPs: three chunks of 1 GiB and the rest.
+        let mut c = RecvCore::new(QpLayout::one_device(4, true));
+        let p = post(&mut c, 1);
+        let chunks: Vec<u32> = crate::plan::split_chunks(u32::MAX, 4)
+            .map(|(_, _, len)| len)
+            .collect();
+        for imm in chunks {
+            c.handle_completion(p.recv_wr_id(), imm, |_, _| unreachable!());
+        }
+        assert_eq!(c.take_done(p.req), Ok(Some(Done::one(u32::MAX))));
+        // Immediates that claim more than a request can carry stay at the maximum.
+        let p = post(&mut c, 1);
+        for _ in 0..4 {
+            c.handle_completion(p.recv_wr_id(), 1 << 31, |_, _| unreachable!());
+        }
+        assert_eq!(c.take_done(p.req), Ok(Some(Done::one(u32::MAX))));
     }
 
     #[test]

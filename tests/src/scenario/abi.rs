@@ -1,9 +1,10 @@
 //! What each ABI version adds, checked through that version's own table (`FERRO_NET_ABI`):
 //! - properties in the version's layout: `regIsGlobal` (v8+), `forceFlush`, `vProps`,
-//!   `maxP2pBytes`/`maxCollBytes` (v9+: 1 GiB on rxe, see `plugin::request_limit`), `maxMultiRequestSize`
-//!   (v11+), `railId`/`planeId` (v12);
-//! - a request size above what one request carries is an error, never a truncation (v9+: above
-//!   `maxP2pBytes`; v7/v8: a negative `int`);
+//!   `maxP2pBytes`/`maxCollBytes` (v9+: 4 GiB - 1, a request's 32-bit size on the wire, see
+//!   `plugin::MAX_REQUEST_BYTES`), `maxMultiRequestSize` (v11+), `railId`/`planeId` (v12);
+//! - a request size above what one request carries is an error naming the size and the limit,
+//!   never a truncation (v9+: above `maxP2pBytes`; v7/v8: a negative `int`), and v7/v8 refuse
+//!   no size their `int` can say (`INT_MAX` is taken);
 //! - `irecv` called with NCCL's optional-completion hint (`*request == 0x1`, v9+) still writes a
 //!   real request or NULL back;
 //! - v10+: a profiler callback given to `init` sees, for every buffer given a profiler handle,
@@ -27,17 +28,21 @@ use super::Ctx;
 use super::common::*;
 use crate::buffer::{Buffer, PAGE, round_up, seed};
 use crate::error::{HResult, HarnessError, NcclExt};
+use crate::logger::{self, format_logs};
 use crate::net::{Comm, Net, RecvComm, SendComm};
 use crate::{bail, ensure, raw};
 use core::ffi::{c_int, c_void};
 use ferro_ffi::{
-    AbiVersion, NCCL_NET_TRAFFIC_CLASS_UNDEF, NCCL_PROFILE_QP, ncclNetAttr_v11_t,
+    AbiVersion, NCCL_NET_TRAFFIC_CLASS_UNDEF, NCCL_PROFILE_QP, log_level, ncclNetAttr_v11_t,
     ncclNetCommAttr_v11_t, ncclProfilerNetIbDescr_v1_t, ncclResult_t, profiler_event,
 };
 use std::sync::{Mutex, MutexGuard};
 
 /// Message sizes moved in each direction of the checks.
 const SIZES: [usize; 4] = [0, 1, 65537, 1 << 20];
+
+/// What one request carries from v9 on (`maxP2pBytes`): 4 GiB - 1.
+const MAX_REQUEST: usize = u32::MAX as usize;
 
 /// Profiler handles the harness passes: fake pointers (the plugin only hands them to the
 /// callback). Message `i` of [`SIZES`] uses `PH_SINGLE + i`; the grouped transfer `PH_GROUP + i`;
@@ -635,10 +640,11 @@ fn check_properties(ctx: &Ctx, v: AbiVersion) -> HResult<String> {
             p.vdevs,
             ctx.dev
         );
-        // rxe reports a max_msg_sz of 8 MiB: below NCCL's own 1 GiB cap, which applies.
+        // What a 32-bit size carries, whatever the port's max_msg_sz (8 MiB on rxe): longer
+        // buffers go as several writes.
         ensure!(
-            p.max_p2p_bytes == Some(1 << 30) && p.max_coll_bytes == Some(1 << 30),
-            "maxP2pBytes {:?} maxCollBytes {:?} (want 1 GiB: NCCL's cap, above rxe's max_msg_sz)",
+            p.max_p2p_bytes == Some(MAX_REQUEST) && p.max_coll_bytes == Some(MAX_REQUEST),
+            "maxP2pBytes {:?} maxCollBytes {:?} (want {MAX_REQUEST}: a request's 32-bit size)",
             p.max_p2p_bytes,
             p.max_coll_bytes
         );
@@ -661,18 +667,18 @@ fn check_properties(ctx: &Ctx, v: AbiVersion) -> HResult<String> {
     Ok(format!("v{} properties ok", v.number()))
 }
 
-/// Sizes no request can carry are refused with ncclInvalidUsage, before anything is posted:
-/// v9+ one byte above `maxP2pBytes` and 2.1 GiB (above what `test`'s `int` sizes can report);
-/// v7/v8 a negative `int`.
+/// Sizes no request can carry are refused with ncclInvalidUsage, before anything is posted,
+/// and the WARN line names the size and the limit: v9+ one byte above `maxP2pBytes` (2^32,
+/// which a 32-bit size would wrap to 0); v7/v8 a negative `int`. v7/v8 take `INT_MAX`, the
+/// largest size they can say: no receive is posted at this point, so the answer is a NULL
+/// request (call again), not an error.
 fn check_oversized(net: &Net, send: &SendComm, v: AbiVersion, max: Option<usize>) -> HResult<()> {
     let buf = Buffer::new(PAGE)?;
     let mr = net.reg_host(send, &buf).call("regMr")?;
     let t = net.table();
-    let sizes: Vec<usize> = match max {
-        Some(max) => vec![max + 1, 2_254_857_830],
-        None => vec![],
-    };
-    for size in sizes {
+    if let Some(max) = max {
+        let size = max + 1;
+        let mark = logger::log_mark();
         // SAFETY: a live send comm; the plugin must refuse the size before touching the memory.
         let r = unsafe {
             raw::isend_bytes(
@@ -690,13 +696,29 @@ fn check_oversized(net: &Net, send: &SendComm, v: AbiVersion, max: Option<usize>
             "v{} isend of {size} bytes returned {r:?} (want ncclInvalidUsage)",
             v.number()
         );
-    }
-    if max.is_none() {
+        let warns = logger::logs_since(mark);
+        ensure!(
+            warns.iter().any(|l| l.level == log_level::WARN
+                && l.text.contains(&format!("{size} bytes"))
+                && l.text.contains(&format!("({max} bytes"))),
+            "v{} isend of {size} bytes: no WARN line names the size and the limit {max}:\n{}",
+            v.number(),
+            format_logs(&warns)
+        );
+    } else {
         // SAFETY: as above.
         let r = unsafe { raw::isend(t, send.as_ptr(), buf.base(), -1, TAG, mr.as_ptr()) };
         ensure!(
             r == Err(ncclResult_t::InvalidUsage),
             "v{} isend of size -1 returned {r:?} (want ncclInvalidUsage)",
+            v.number()
+        );
+        // SAFETY: a live send comm with no receive posted by the peer (it posts nothing more on
+        // this connection), so the plugin answers NULL and never reads the page-sized buffer.
+        let r = unsafe { raw::isend(t, send.as_ptr(), buf.base(), c_int::MAX, TAG, mr.as_ptr()) };
+        ensure!(
+            r == Ok(core::ptr::null_mut()),
+            "v{} isend of INT_MAX bytes returned {r:?} (want a NULL request: taken, no receive posted yet)",
             v.number()
         );
     }
@@ -763,7 +785,10 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
     if let Some(sc) = &send {
         let max = (v >= AbiVersion::V9).then(|| ctx.props.max_p2p_bytes.unwrap_or(0));
         check_oversized(net, sc, v, max)?;
-        notes.push("oversized send refused".into());
+        notes.push(match max {
+            Some(max) => format!("a send of {} bytes refused, naming the limit", max + 1),
+            None => "a send of -1 bytes refused, one of INT_MAX taken".into(),
+        });
     }
     if let (Some(rc), Some(max)) = (&recv, ctx.props.max_p2p_bytes) {
         let buf = Buffer::new(PAGE)?;

@@ -7,6 +7,7 @@
 //! rank r is given the handle of rank (r+1) % n.
 
 mod abi;
+mod big;
 mod close;
 mod common;
 mod connect;
@@ -57,10 +58,13 @@ pub enum Scenario {
     /// A virtual NIC (`--dev a+b`, v9+): its properties, refused fusions, and traffic over
     /// every member device, byte for byte, with the members' own packet counters.
     VirtualNic,
+    /// One message of 2.1 GiB (above 2^31) through a v9+ table: split into several writes,
+    /// every byte checked, `test` reporting `INT_MAX`.
+    BigMessage,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::InitProbe,
         Scenario::ConnectOrders,
         Scenario::SizeSweep,
@@ -73,6 +77,7 @@ impl Scenario {
         Scenario::RingAllreduce,
         Scenario::AbiFeatures,
         Scenario::VirtualNic,
+        Scenario::BigMessage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,6 +94,7 @@ impl Scenario {
             Scenario::RingAllreduce => "ring-allreduce",
             Scenario::AbiFeatures => "abi-features",
             Scenario::VirtualNic => "virtual-nic",
+            Scenario::BigMessage => "big-message",
         }
     }
 
@@ -120,6 +126,7 @@ impl Scenario {
             Scenario::RingAllreduce => ring::run(ctx),
             Scenario::AbiFeatures => abi::run(ctx),
             Scenario::VirtualNic => vnic::run(ctx),
+            Scenario::BigMessage => big::run(ctx),
         }
     }
 }
