@@ -123,9 +123,11 @@ pub fn set_devs(h: &mut [u8; HANDLE_SIZE], devs: usize) {
 
 /// How many member devices the listener's (virtual) device has.
 pub fn devs(h: &[u8; HANDLE_SIZE]) -> Result<usize, HandleError> {
-    match h[DEVS_AT] {
-        n @ 1..=8 if usize::from(n) <= MAX_DEVS => Ok(usize::from(n)),
-        n => Err(HandleError::BadDevs(n)),
+    let n = h[DEVS_AT];
+    if (1..=MAX_DEVS).contains(&usize::from(n)) {
+        Ok(usize::from(n))
+    } else {
+        Err(HandleError::BadDevs(n))
     }
 }
 

@@ -217,9 +217,19 @@ impl Comm {
         self.ep.vdev
     }
 
-    /// Work completions polled so far on each member device's CQ, in member order.
-    pub fn completions_per_device(&self) -> Vec<u64> {
-        self.ep.rails.iter().map(|r| r.completions()).collect()
+    /// Over a virtual NIC: the work completions polled on each member device's CQ, for the
+    /// close line (how the comm's traffic spread over the members); empty otherwise.
+    fn per_device(&self) -> String {
+        if !self.ep.vdev.is_virtual {
+            return String::new();
+        }
+        let list: Vec<String> = self
+            .ep
+            .rails
+            .iter()
+            .map(|r| format!("{}:{} {}", r.dev.ibdev, r.dev.port, r.completions()))
+            .collect();
+        format!("; completions per member device: {}", list.join(", "))
     }
 
     /// The traffic class each of the comm's QPs was given, as the kernel reports it back.
@@ -442,7 +452,11 @@ impl Comm {
             ),
         };
         let summary = summary.unwrap_or_else(|| "counters unavailable".into());
-        format!("{}: {what} comm closed: {summary}", self.describe())
+        format!(
+            "{}: {what} comm closed: {summary}{}",
+            self.describe(),
+            self.per_device()
+        )
     }
 
     /// A copy of the comm's counters.

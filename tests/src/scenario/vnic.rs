@@ -187,6 +187,24 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
     if let Some(rc) = recv {
         net.close_recv(rc).call("closeRecv")?;
     }
+    // The close line says how the comm's completions spread over the members.
+    let line = crate::logger::logs()
+        .into_iter()
+        .map(|l| l.text)
+        .find(|t| t.contains("comm closed") && t.contains("completions per member device"))
+        .ok_or_else(|| {
+            HarnessError::Failed("no close line with completions per member device".into())
+        })?;
+    let tail = &line[line.find("completions per member device: ").unwrap_or(0)..];
+    for n in &names {
+        let count: u64 = tail
+            .split(&format!("{n}:"))
+            .nth(1)
+            .and_then(|r| r.split_whitespace().nth(1))
+            .and_then(|c| c.trim_end_matches(',').parse().ok())
+            .unwrap_or(0);
+        ensure!(count > 0, "close line shows no completions on {n}: {line}");
+    }
     let per_member: Vec<String> = names
         .iter()
         .zip(&deltas)
