@@ -195,7 +195,7 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
         .ok_or_else(|| {
             HarnessError::Failed("no close line with completions per member device".into())
         })?;
-    let tail = &line[line.find("completions per member device: ").unwrap_or(0)..];
+    let tail = line[line.find("completions per member device: ").unwrap_or(0)..].to_string();
     for n in &names {
         let count: u64 = tail
             .split(&format!("{n}:"))
@@ -211,7 +211,7 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
         .map(|(n, d)| format!("{n} {d} packets"))
         .collect();
     Ok(format!(
-        "v{} virtual NIC [{}] {} over members {members:?}: {} messages, {bytes} bytes verified; received on each member: {}",
+        "v{} virtual NIC [{}] {} over members {members:?}: {} messages, {bytes} bytes verified; received on each member: {}; close line: {tail}",
         v.number(),
         ctx.dev,
         ctx.opts.dev,
