@@ -48,6 +48,7 @@ use ferro_ffi::{
 use ferro_proto::comm::recv::{PostRecv, RECV_REQS};
 use ferro_proto::comm::send::{ReadyGroup, SEND_REQS};
 use ferro_proto::comm::wr_id::WrId;
+use ferro_proto::fifo::CtsEntry;
 use ferro_proto::plan::{QpLayout, SendItem, buffer_shares};
 use ferro_proto::{MAX_RECVS, SLOTS};
 use ferro_verbs::sys::{IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, ibv_wc};
@@ -433,7 +434,7 @@ pub fn on_send_matched(comm: &Comm, req: u32) {
 
 /// `isend` of send request `req` completed `group`, whose writes were posted.
 #[inline]
-pub fn on_send_posted(comm: &Comm, req: u32, group: &ReadyGroup) {
+pub fn on_send_posted(comm: &Comm, req: u32, group: &ReadyGroup<'_>) {
     let Some(cb) = callback() else {
         return;
     };
@@ -452,7 +453,7 @@ pub fn on_send_posted(comm: &Comm, req: u32, group: &ReadyGroup) {
 
 /// `irecv` posted the receives of `post`.
 #[inline]
-pub fn on_recv_posted(comm: &Comm, post: &PostRecv) {
+pub fn on_recv_posted(comm: &Comm, post: &PostRecv, entries: &[CtsEntry]) {
     let Some(cb) = callback() else {
         return;
     };
@@ -461,10 +462,10 @@ pub fn on_recv_posted(comm: &Comm, post: &PostRecv) {
         return;
     }
     let mut sizes = [0u32; MAX_RECVS];
-    for (s, e) in sizes.iter_mut().zip(post.entries()) {
+    for (s, e) in sizes.iter_mut().zip(entries) {
         *s = e.size;
     }
-    let n = post.entries().len();
+    let n = entries.len();
     book_of(comm, false).recv_posted(&mut Nccl(cb), post.req, post.seq, &sizes[..n], &ph[..n]);
 }
 

@@ -14,7 +14,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use ferro_proto::comm::recv::{CtsWrite, PostRecv, RecvBuf, RecvCore, RecvStep};
-use ferro_proto::comm::send::{ReadyGroup, SEND_REQS, SendCore, SendStep};
+use ferro_proto::comm::send::{SEND_REQS, SendCore, SendStep};
 use ferro_proto::comm::{CoreError, Done};
 use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE, FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::plan::{self, QpLayout, SizesSlot};
@@ -229,7 +229,7 @@ impl Wire {
             self.recv_wrs[q].push_back((p.recv_wr_id(), p.seq));
         }
         let at = self.cts_stage as usize + p.stage_offset();
-        for (i, e) in p.entries().iter().enumerate() {
+        for (i, e) in self.recv.posted_entries().iter().enumerate() {
             self.arena.0[at + i * ENTRY_SIZE..at + (i + 1) * ENTRY_SIZE]
                 .copy_from_slice(&e.encode());
         }
@@ -285,8 +285,8 @@ impl Wire {
                 return false;
             }
             SendStep::Matched { req } => req,
-            SendStep::Post { req, group } => {
-                self.execute_group(&group);
+            SendStep::Post { req } => {
+                self.execute_group();
                 req
             }
         };
@@ -295,9 +295,12 @@ impl Wire {
         true
     }
 
-    fn execute_group(&mut self, g: &ReadyGroup) {
-        let soff = fifo::sizes_offset(g.seq);
-        for (i, it) in g.items().iter().enumerate() {
+    /// Writes the group the sender's core just completed ([`SendCore::ready_group`]).
+    fn execute_group(&mut self) {
+        let g = self.send.ready_group();
+        let (seq, items) = (g.seq, g.items().to_vec());
+        let soff = fifo::sizes_offset(seq);
+        for (i, it) in items.iter().enumerate() {
             let at = self.sizes_stage as usize + soff + 4 * i;
             self.arena.0[at..at + 4].copy_from_slice(&it.size.to_le_bytes());
         }
@@ -307,10 +310,10 @@ impl Wire {
             remote_addr: self.sizes + soff as u64,
             rkeys: [2; MAX_DEVS],
         };
-        let writes = plan::plan_group(g.seq, g.items(), &self.layout, slot, self.max_write);
+        let writes = plan::plan_group(seq, &items[..], &self.layout, slot, self.max_write);
         assert_eq!(
             writes.iter().filter(|w| w.imm.is_some()).count(),
-            self.layout.group_qps(g.seq).len(),
+            self.layout.group_qps(seq).len(),
             "one signaled write per QP the group uses, as the core counts them"
         );
         for w in writes {
@@ -319,7 +322,7 @@ impl Wire {
                 to: w.remote_addr,
                 len: w.len,
                 imm: w.imm,
-                seq: g.seq,
+                seq,
             });
         }
     }

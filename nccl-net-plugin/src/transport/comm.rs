@@ -219,7 +219,7 @@ impl Comm {
 
     /// Over a virtual NIC: the work completions polled on each member device's CQ, for the
     /// close line (how the comm's traffic spread over the members); empty otherwise.
-    fn per_device(&self) -> String {
+    fn per_device(&self, c: &ferro_proto::comm::counters::Counters) -> String {
         if !self.ep.vdev.is_virtual {
             return String::new();
         }
@@ -227,7 +227,8 @@ impl Comm {
             .ep
             .rails
             .iter()
-            .map(|r| format!("{}:{} {}", r.dev.ibdev, r.dev.port, r.completions()))
+            .zip(c.member_completions)
+            .map(|(r, n)| format!("{}:{} {n}", r.dev.ibdev, r.dev.port))
             .collect();
         format!("; completions per member device: {}", list.join(", "))
     }
@@ -303,13 +304,14 @@ impl Comm {
     /// Drains every member device's CQ, handing each successful completion to `on_wc`; a
     /// failed completion becomes the comm's sticky failure.
     pub(super) fn poll<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
-        for rail in &self.ep.rails {
-            self.poll_rail(rail, core, &mut on_wc);
+        for (m, rail) in self.ep.rails.iter().enumerate() {
+            self.poll_rail(m, rail, core, &mut on_wc);
         }
     }
 
     fn poll_rail<C: CoreOps>(
         &self,
+        m: usize,
         rail: &Rail,
         core: &mut C,
         on_wc: &mut impl FnMut(&mut C, &ibv_wc),
@@ -329,7 +331,9 @@ impl Comm {
                     return;
                 }
             };
-            rail.count_completions(n);
+            if let Some(c) = core.health_mut().counters.member_completions.get_mut(m) {
+                *c += n as u64;
+            }
             for wc in &wcs[..n] {
                 if wc.status == IBV_WC_SUCCESS {
                     crate::profiler::on_completion(self, wc);
@@ -441,22 +445,22 @@ impl Comm {
 
     /// The line logged when the comm closes: what it did, from its counters.
     pub(super) fn close_line(&self) -> String {
-        let (what, summary) = match &self.side {
-            Side::Sender { core, .. } => (
-                "send",
-                core.lock().ok().map(|c| c.health.counters.summary(true)),
-            ),
-            Side::Receiver { core, .. } => (
-                "receive",
-                core.lock().ok().map(|c| c.health.counters.summary(false)),
-            ),
+        let (what, counters) = match &self.side {
+            Side::Sender { core, .. } => ("send", core.lock().ok().map(|c| c.health.counters)),
+            Side::Receiver { core, .. } => ("receive", core.lock().ok().map(|c| c.health.counters)),
         };
-        let summary = summary.unwrap_or_else(|| "counters unavailable".into());
-        format!(
-            "{}: {what} comm closed: {summary}{}",
-            self.describe(),
-            self.per_device()
-        )
+        match counters {
+            Some(c) => format!(
+                "{}: {what} comm closed: {}{}",
+                self.describe(),
+                c.summary(what == "send"),
+                self.per_device(&c)
+            ),
+            None => format!(
+                "{}: {what} comm closed: counters unavailable",
+                self.describe()
+            ),
+        }
     }
 
     /// A copy of the comm's counters.

@@ -13,7 +13,6 @@ use ferro_proto::wire::{DevMeta, QpMeta};
 use ferro_verbs::sys::*;
 use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Path MTU code (`IBV_MTU_*`) for a byte count.
 fn mtu_code(bytes: u32) -> u32 {
@@ -35,20 +34,6 @@ pub(super) struct Rail {
     pub(super) cq: Arc<Cq>,
     /// The device's asynchronous events (port down, QP/CQ errors), checked while comms wait.
     pub(super) events: Arc<DeviceEvents>,
-    /// Work completions polled from `cq` (which members carry a connection's traffic).
-    completions: AtomicU64,
-}
-
-impl Rail {
-    pub(super) fn count_completions(&self, n: usize) {
-        if n > 0 {
-            self.completions.fetch_add(n as u64, Ordering::Relaxed);
-        }
-    }
-
-    pub(super) fn completions(&self) -> u64 {
-        self.completions.load(Ordering::Relaxed)
-    }
 }
 
 /// Verbs resources of one side of a connection, over every member device of its (virtual)
@@ -99,7 +84,6 @@ impl Endpoint {
                 pd: dev.pd().clone(),
                 cq: Cq::new(&dev.ctx, depths.cqe)?,
                 events,
-                completions: AtomicU64::new(0),
             });
         }
         let mut qps = Vec::with_capacity(layout.nqps);

@@ -56,10 +56,10 @@ impl Comm {
                 return Err(self.fail(&mut core, e));
             }
         }
-        crate::profiler::on_recv_posted(self, &post);
+        crate::profiler::on_recv_posted(self, &post, core.posted_entries());
         // Staged now, written now or by a later call (coalesced with the receives after it).
         let off = post.stage_offset();
-        for (i, e) in post.entries().iter().enumerate() {
+        for (i, e) in core.posted_entries().iter().enumerate() {
             mem.cts_stage.write(off + i * ENTRY_SIZE, &e.encode());
         }
         if let Some(w) = &post.cts {

@@ -68,19 +68,23 @@ impl Comm {
                 crate::profiler::on_send_matched(self, req);
                 Ok(Some(self.req_ptr(req)))
             }
-            SendStep::Post { req, group } => {
+            SendStep::Post { req } => {
+                let group = core.ready_group();
                 // NCCL_IB_USE_INLINE: a payload of up to one clear-to-send entry's size (the QPs'
                 // inline room) may be copied into the work request by the CPU at post time, so
                 // only a lone send from host memory qualifies.
                 let inline_ok =
                     group.items().len() == 1 && mh.is_none_or(|m| m.kind() == MemKind::Host);
-                if let Err(e) =
-                    self.post_group(mem, &group, inline_ok, &mut core.health.counters.send_posts)
-                {
+                let mut posts = 0;
+                let posted = self.post_group(mem, &group, inline_ok, &mut posts);
+                if posted.is_ok() {
+                    crate::profiler::on_send_posted(self, req, &group);
+                }
+                core.health.counters.send_posts += posts;
+                if let Err(e) = posted {
                     core.health.fail(Failure::system(e.to_string()));
                     return Err(e);
                 }
-                crate::profiler::on_send_posted(self, req, &group);
                 Ok(Some(self.req_ptr(req)))
             }
         }
@@ -91,7 +95,7 @@ impl Comm {
     fn post_group(
         &self,
         mem: &SenderMem,
-        group: &ReadyGroup,
+        group: &ReadyGroup<'_>,
         inline_ok: bool,
         posts: &mut u64,
     ) -> Result<()> {

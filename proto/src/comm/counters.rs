@@ -39,6 +39,9 @@ pub struct Counters {
     /// CQ polls made, and how many of them found nothing.
     pub polls: u64,
     pub empty_polls: u64,
+    /// Work completions polled from each member device's CQ, by member (a physical device has
+    /// member 0 only), counted by the transport.
+    pub member_completions: [u64; crate::MAX_DEVS],
 }
 
 impl Counters {

@@ -43,27 +43,20 @@ pub struct RecvBuf {
     pub rkeys: Keys,
 }
 
-/// What the transport posts for a receive.
+/// What the transport posts for a receive; its clear-to-send entries stay in the core
+/// ([`RecvCore::posted_entries`]), so nothing large is copied per message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostRecv {
     pub req: u32,
     pub seq: u64,
     /// One zero-length receive on each of these QPs (wr_id [`PostRecv::recv_wr_id`]).
     pub qps: Range<usize>,
-    entries: [CtsEntry; MAX_RECVS],
-    n: usize,
     /// The clear-to-send write to post now (after the receives), or `None` when the entries
     /// stay staged for a later, coalesced write.
     pub cts: Option<CtsWrite>,
 }
 
 impl PostRecv {
-    /// The clear-to-send entries, to be staged at [`PostRecv::stage_offset`] (the offset of
-    /// FIFO slot `seq % SLOTS`) before anything is posted.
-    pub fn entries(&self) -> &[CtsEntry] {
-        &self.entries[..self.n]
-    }
-
     /// Where the entries go, in the staging area and in the sender's FIFO alike.
     pub fn stage_offset(&self) -> usize {
         entry_offset(self.seq, 0)
@@ -164,6 +157,8 @@ pub struct RecvCore {
     last_n: usize,
     /// Clear-to-send writes made (for signaling one in [`CTS_SIGNAL_EVERY`]).
     cts_writes: u64,
+    /// The entries of the last receive posted (its first `last_n`).
+    entries: [CtsEntry; MAX_RECVS],
     /// The comm's sticky error, counters and stall watchdog.
     pub health: CommHealth,
 }
@@ -178,6 +173,15 @@ impl RecvCore {
             cts_next: 0,
             last_n: 0,
             cts_writes: 0,
+            entries: [CtsEntry {
+                seq: 0,
+                addr: 0,
+                rkeys: [0; MAX_DEVS],
+                size: 0,
+                tag: 0,
+                nreqs: 0,
+                idx: 0,
+            }; MAX_RECVS],
             health: CommHealth::default(),
         }
     }
@@ -205,16 +209,7 @@ impl RecvCore {
             imm_sum: 0,
             done: None,
         })?;
-        let mut entries = [CtsEntry {
-            seq: 0,
-            addr: 0,
-            rkeys: [0; MAX_DEVS],
-            size: 0,
-            tag: 0,
-            nreqs: 0,
-            idx: 0,
-        }; MAX_RECVS];
-        for (i, (e, b)) in entries.iter_mut().zip(bufs).enumerate() {
+        for (i, (e, b)) in self.entries.iter_mut().zip(bufs).enumerate() {
             *e = CtsEntry {
                 seq: seq + 1,
                 addr: b.addr,
@@ -230,14 +225,14 @@ impl RecvCore {
         self.last_n = n;
         self.health.counters.requests += 1;
         let cts = self.cts_due();
-        Ok(RecvStep::Post(PostRecv {
-            req,
-            seq,
-            qps,
-            entries,
-            n,
-            cts,
-        }))
+        Ok(RecvStep::Post(PostRecv { req, seq, qps, cts }))
+    }
+
+    /// The clear-to-send entries of the last receive [`RecvCore::irecv`] posted, to be staged at
+    /// its [`PostRecv::stage_offset`] (the offset of FIFO slot `seq % SLOTS`) before anything is
+    /// posted: valid until the next `irecv`.
+    pub fn posted_entries(&self) -> &[CtsEntry] {
+        &self.entries[..self.last_n]
     }
 
     /// Clear-to-send entries the sender holds and has not used yet: groups whose entries were
@@ -423,8 +418,8 @@ mod tests {
         post(&mut c, 1);
         let p = post(&mut c, 3);
         assert_eq!(p.seq, 1);
-        assert_eq!(p.entries().len(), 3);
-        for (i, e) in p.entries().iter().enumerate() {
+        assert_eq!(c.posted_entries().len(), 3);
+        for (i, e) in c.posted_entries().iter().enumerate() {
             assert_eq!((e.seq, e.nreqs, e.idx), (2, 3, i as u16));
         }
     }

@@ -37,19 +37,16 @@ pub enum SendWait {
     TagAhead { tag: i32, seq: u64 },
 }
 
-/// What the transport does for an `isend`.
-#[allow(
-    clippy::large_enum_variant,
-    reason = "returned by value on the data path: boxing would allocate per message"
-)]
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the transport does for an `isend`. Small on purpose: the group to write stays in the
+/// core ([`SendCore::ready_group`]), so nothing large is copied per message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendStep {
     /// No request: answer NULL, NCCL retries.
     Retry(SendWait),
     /// The send is matched; its group waits for other members before anything is written.
     Matched { req: u32 },
-    /// The send is matched and completes its group: write the group now.
-    Post { req: u32, group: ReadyGroup },
+    /// The send is matched and completes its group: write [`SendCore::ready_group`] now.
+    Post { req: u32 },
 }
 
 /// A send that was larger than the buffer it matched (it is truncated to the buffer).
@@ -61,24 +58,23 @@ pub struct Truncation {
     pub capacity: u32,
 }
 
-/// A complete group of matched sends, ready to be written.
+/// A complete group of matched sends, ready to be written: a view into the core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadyGroup {
+pub struct ReadyGroup<'a> {
     pub seq: u64,
-    items: [SendItem; MAX_RECVS],
-    reqs: [u32; MAX_RECVS],
-    n: usize,
+    items: &'a [SendItem],
+    reqs: &'a [u32],
 }
 
-impl ReadyGroup {
+impl<'a> ReadyGroup<'a> {
     /// The sends in the receiver's buffer order.
-    pub fn items(&self) -> &[SendItem] {
-        &self.items[..self.n]
+    pub fn items(&self) -> &'a [SendItem] {
+        self.items
     }
 
     /// The request of each send, in the same order as [`ReadyGroup::items`].
-    pub fn reqs(&self) -> &[u32] {
-        &self.reqs[..self.n]
+    pub fn reqs(&self) -> &'a [u32] {
+        self.reqs
     }
 }
 
@@ -88,9 +84,11 @@ struct SendReq {
     done: bool,
 }
 
-/// The head group while its sends are being matched.
-#[derive(Debug)]
-struct OpenGroup {
+/// The head group while its sends are being matched, and the last group completed until the
+/// next one opens. One per core, reused in place: it is large (up to 8 entries and items with a
+/// key per member device), and copying it per message costs time on the data path.
+#[derive(Debug, Clone, Copy)]
+struct GroupBuf {
     seq: u64,
     entries: [CtsEntry; MAX_RECVS],
     n: usize,
@@ -108,6 +106,16 @@ struct InFlight {
     n: usize,
 }
 
+const NO_ENTRY: CtsEntry = CtsEntry {
+    seq: 0,
+    addr: 0,
+    rkeys: [0; crate::MAX_DEVS],
+    size: 0,
+    tag: 0,
+    nreqs: 0,
+    idx: 0,
+};
+
 const NO_ITEM: SendItem = SendItem {
     addr: 0,
     lkeys: [0; crate::MAX_DEVS],
@@ -123,7 +131,9 @@ pub struct SendCore {
     reqs: RequestTable<SendReq>,
     /// The head group: the next group to be matched.
     seq: u64,
-    group: Option<OpenGroup>,
+    /// The head group's state (valid when `open`), or the last group completed.
+    cur: GroupBuf,
+    open: bool,
     inflight: [InFlight; SLOTS],
     /// The comm's sticky error, counters and stall watchdog.
     pub health: CommHealth,
@@ -139,7 +149,15 @@ impl SendCore {
             layout,
             reqs: RequestTable::new(SEND_REQS),
             seq: 0,
-            group: None,
+            cur: GroupBuf {
+                seq: 0,
+                entries: [NO_ENTRY; MAX_RECVS],
+                n: 0,
+                taken: [false; MAX_RECVS],
+                items: [NO_ITEM; MAX_RECVS],
+                reqs: [0; MAX_RECVS],
+            },
+            open: false,
             inflight: [InFlight::default(); SLOTS],
             health: CommHealth::default(),
             truncation_note: None,
@@ -165,25 +183,24 @@ impl SendCore {
         mut read_entry: impl FnMut(u64, usize) -> Option<CtsEntry>,
     ) -> Result<SendStep, CoreError> {
         self.health.check()?;
-        let mut g = match self.group.take() {
-            Some(g) => g,
-            None => match self.open_group(&mut read_entry) {
-                Ok(g) => g,
-                Err(wait) => return Ok(self.retry(wait)),
-            },
-        };
+        if !self.open {
+            if let Err(wait) = self.open_group(&mut read_entry) {
+                return Ok(self.retry(wait));
+            }
+            self.open = true;
+        }
+        let g = &self.cur;
         let Some(i) = fifo::find_buffer(&g.entries[..g.n], &g.taken[..g.n], tag) else {
             let seq = g.seq;
-            self.group = Some(g);
             return Ok(self.retry(SendWait::TagAhead { tag, seq }));
         };
-        let capacity = g.entries[i].size;
+        let (gseq, capacity) = (g.seq, g.entries[i].size);
         let size = if size > capacity {
             self.health.counters.truncated += 1;
             if self.health.counters.truncated == 1 {
                 self.truncation_note = Some(Truncation {
                     tag,
-                    seq: g.seq,
+                    seq: gseq,
                     size,
                     capacity,
                 });
@@ -192,47 +209,44 @@ impl SendCore {
         } else {
             size
         };
-        let req = match self.reqs.alloc(SendReq { size, done: false }) {
-            Ok(req) => req,
-            Err(e) => {
-                self.group = Some(g);
-                return Err(e);
-            }
-        };
+        let req = self.reqs.alloc(SendReq { size, done: false })?;
         self.health.counters.messages += 1;
         self.health.counters.bytes += u64::from(size);
         self.health.counters.requests += 1;
         self.last_wait = None;
-        let e = g.entries[i];
+        let g = &mut self.cur;
         g.taken[i] = true;
         g.items[i] = SendItem {
             addr,
             lkeys,
             size,
-            remote_addr: e.addr,
-            rkeys: e.rkeys,
+            remote_addr: g.entries[i].addr,
+            rkeys: g.entries[i].rkeys,
         };
         g.reqs[i] = req;
         if !g.taken[..g.n].iter().all(|t| *t) {
-            self.group = Some(g);
             return Ok(SendStep::Matched { req });
         }
-        self.inflight[slot(g.seq)] = InFlight {
-            seq: g.seq,
-            remaining: self.layout.group_qps(g.seq).len() as u32,
+        self.open = false;
+        self.inflight[slot(gseq)] = InFlight {
+            seq: gseq,
+            remaining: self.layout.group_qps(gseq).len() as u32,
             reqs: g.reqs,
             n: g.n,
         };
         self.seq += 1;
-        Ok(SendStep::Post {
-            req,
-            group: ReadyGroup {
-                seq: g.seq,
-                items: g.items,
-                reqs: g.reqs,
-                n: g.n,
-            },
-        })
+        Ok(SendStep::Post { req })
+    }
+
+    /// The group the last [`SendStep::Post`] completed, to be written now: valid until the next
+    /// `isend` (which may open the next group).
+    pub fn ready_group(&self) -> ReadyGroup<'_> {
+        let g = &self.cur;
+        ReadyGroup {
+            seq: g.seq,
+            items: &g.items[..g.n],
+            reqs: &g.reqs[..g.n],
+        }
     }
 
     fn retry(&mut self, wait: SendWait) -> SendStep {
@@ -251,31 +265,30 @@ impl SendCore {
         self.truncation_note.take()
     }
 
+    /// Opens the head group in place from its FIFO slot, if the receiver's entries are all
+    /// there (on failure nothing is open, whatever was read).
     fn open_group(
-        &self,
+        &mut self,
         read_entry: &mut impl FnMut(u64, usize) -> Option<CtsEntry>,
-    ) -> Result<OpenGroup, SendWait> {
+    ) -> Result<(), SendWait> {
         let seq = self.seq;
         if self.inflight[slot(seq)].remaining > 0 {
             return Err(SendWait::SlotBusy { seq });
         }
         let first = read_entry(seq, 0).ok_or(SendWait::ClearToSend { seq })?;
         let n = usize::from(first.nreqs);
-        let mut entries = [first; MAX_RECVS];
-        for (i, slot) in entries.iter_mut().enumerate().take(n).skip(1) {
+        let g = &mut self.cur;
+        g.entries[0] = first;
+        for i in 1..n {
             match read_entry(seq, i) {
-                Some(e) if e.nreqs == first.nreqs => *slot = e,
+                Some(e) if e.nreqs == first.nreqs => g.entries[i] = e,
                 _ => return Err(SendWait::ClearToSend { seq }),
             }
         }
-        Ok(OpenGroup {
-            seq,
-            entries,
-            n,
-            taken: [false; MAX_RECVS],
-            items: [NO_ITEM; MAX_RECVS],
-            reqs: [0; MAX_RECVS],
-        })
+        g.seq = seq;
+        g.n = n;
+        g.taken = [false; MAX_RECVS];
+        Ok(())
     }
 
     /// A successful completion polled from the comm's CQ.
@@ -376,9 +389,36 @@ mod tests {
         .unwrap()
     }
 
-    fn post_of(step: SendStep) -> ReadyGroup {
-        match step {
-            SendStep::Post { group, .. } => group,
+    /// A posted group, copied out of the core.
+    #[derive(Debug)]
+    struct Posted {
+        seq: u64,
+        items: Vec<SendItem>,
+        reqs: Vec<u32>,
+    }
+
+    impl Posted {
+        fn items(&self) -> &[SendItem] {
+            &self.items
+        }
+        fn reqs(&self) -> &[u32] {
+            &self.reqs
+        }
+    }
+
+    fn owned(c: &SendCore) -> Posted {
+        let g = c.ready_group();
+        Posted {
+            seq: g.seq,
+            items: g.items().to_vec(),
+            reqs: g.reqs().to_vec(),
+        }
+    }
+
+    /// A send that must complete its group: the group written.
+    fn send_post(c: &mut SendCore, fifo: &Fifo, tag: i32, size: u32) -> Posted {
+        match send(c, fifo, tag, size) {
+            SendStep::Post { .. } => owned(c),
             other => panic!("expected a post, got {other:?}"),
         }
     }
@@ -410,7 +450,7 @@ mod tests {
             SendStep::Retry(SendWait::TagAhead { tag: 1, seq: 0 }),
             "tag 1's second send belongs to group 1 and must wait, not fail"
         );
-        let g = post_of(send(&mut c, &fifo, 2, 64));
+        let g = send_post(&mut c, &fifo, 2, 64);
         assert_eq!(g.seq, 0);
         assert_eq!(c.head_seq(), 1);
         let step = send(&mut c, &fifo, 1, 64);
@@ -425,7 +465,7 @@ mod tests {
         let mut c = SendCore::new(QpLayout::one_device(1, false));
         send(&mut c, &fifo, 5, 1);
         send(&mut c, &fifo, 9, 2);
-        let g = post_of(send(&mut c, &fifo, 5, 3));
+        let g = send_post(&mut c, &fifo, 5, 3);
         let remote: Vec<u64> = g.items().iter().map(|i| i.remote_addr).collect();
         let sizes: Vec<u32> = g.items().iter().map(|i| i.size).collect();
         assert_eq!(remote, vec![0x1000_0000, 0x1001_0000, 0x1002_0000]);
@@ -438,7 +478,7 @@ mod tests {
             groups: vec![vec![(0, 10)], vec![(0, 10)]],
         };
         let mut c = SendCore::new(QpLayout::one_device(1, false));
-        let g = post_of(send(&mut c, &fifo, 0, 11));
+        let g = send_post(&mut c, &fifo, 0, 11);
         assert_eq!(g.items()[0].size, 10, "only the posted size is written");
         assert_eq!(
             c.take_truncation_note(),
@@ -449,9 +489,10 @@ mod tests {
                 capacity: 10
             })
         );
-        let SendStep::Post { req, group } = send(&mut c, &fifo, 0, 4000) else {
+        let SendStep::Post { req } = send(&mut c, &fifo, 0, 4000) else {
             panic!("second group posts")
         };
+        let group = owned(&c);
         assert_eq!(c.take_truncation_note(), None, "said once per comm");
         assert_eq!(c.health.counters.truncated, 2);
         c.handle_completion(WrId::Send { seq: group.seq }.encode());
@@ -491,9 +532,10 @@ mod tests {
         let SendStep::Matched { req: first } = send(&mut c, &fifo, 4, 1) else {
             panic!("the first send of two only matches")
         };
-        let SendStep::Post { req, group } = send(&mut c, &fifo, 3, 2) else {
+        let SendStep::Post { req } = send(&mut c, &fifo, 3, 2) else {
             panic!("the second send posts the group")
         };
+        let group = owned(&c);
         assert_eq!(
             group.reqs(),
             &[req, first],
@@ -508,7 +550,7 @@ mod tests {
         };
         let mut c = SendCore::new(QpLayout::one_device(1, false));
         send(&mut c, &fifo, 0, 0);
-        let g = post_of(send(&mut c, &fifo, 1, 100));
+        let g = send_post(&mut c, &fifo, 1, 100);
         assert_eq!(g.items()[0].size, 0);
     }
 
@@ -518,9 +560,10 @@ mod tests {
             groups: vec![vec![(0, 4096)]],
         };
         let mut c = SendCore::new(QpLayout::one_device(4, true));
-        let SendStep::Post { req, group } = send(&mut c, &fifo, 0, 4096) else {
+        let SendStep::Post { req } = send(&mut c, &fifo, 0, 4096) else {
             panic!("single-buffer group posts at once")
         };
+        let group = owned(&c);
         for q in 0..4 {
             assert_eq!(c.take_done(req), Ok(None), "after {q} of 4 QPs");
             c.handle_completion(WrId::Send { seq: group.seq }.encode());
@@ -542,9 +585,10 @@ mod tests {
         let mut c = SendCore::new(QpLayout::one_device(2, false));
         let mut reqs = Vec::new();
         for k in 0..SLOTS as u64 {
-            let SendStep::Post { req, group } = send(&mut c, &fifo, 0, 8) else {
+            let SendStep::Post { req } = send(&mut c, &fifo, 0, 8) else {
                 panic!("group {k} posts")
             };
+            let group = owned(&c);
             reqs.push(req);
             if k != 0 {
                 c.handle_completion(WrId::Send { seq: group.seq }.encode());
