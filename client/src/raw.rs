@@ -226,6 +226,129 @@ pub unsafe fn irecv<'a>(
     Ok(req)
 }
 
+/// `isend` and then `irecv` of one 16-byte buffer at `data` on `comm`, each called with
+/// `*request` preset to `preset`: each call's code and what it left in `*request`. For checking
+/// that a refused call still writes the request (NULL), as the contract asks.
+///
+/// # Safety
+/// `comm` is anything (a refused call reads at most its magic word: it must point to readable
+/// memory or be NULL); `data` is a live buffer of 16 bytes.
+pub unsafe fn request_after_refusal<'a>(
+    t: impl Into<Table<'a>>,
+    comm: *mut c_void,
+    data: *mut c_void,
+    preset: *mut c_void,
+) -> [(ncclResult_t, *mut c_void); 2] {
+    let (mut sreq, mut rreq) = (preset, preset);
+    let mut datas = [data];
+    let mut tags: [c_int; 1] = [0];
+    let mut mhs: [*mut c_void; 1] = [core::ptr::null_mut()];
+    let mut int_sizes: [c_int; 1] = [16];
+    let mut wide_sizes: [usize; 1] = [16];
+    let mut phs: [*mut c_void; 1] = [core::ptr::null_mut()];
+    let null = core::ptr::null_mut();
+    let missing = ncclResult_t::InternalError;
+    // SAFETY: (every arm) valid one-entry arrays and out-pointers; `comm` per the contract.
+    let (s, r) = unsafe {
+        match t.into() {
+            Table::V7(t) => (
+                t.isend
+                    .map_or(missing, |f| f(comm, data, 16, 0, null, &mut sreq)),
+                t.irecv.map_or(missing, |f| {
+                    f(
+                        comm,
+                        1,
+                        datas.as_mut_ptr(),
+                        int_sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        &mut rreq,
+                    )
+                }),
+            ),
+            Table::V8(t) => (
+                t.isend
+                    .map_or(missing, |f| f(comm, data, 16, 0, null, &mut sreq)),
+                t.irecv.map_or(missing, |f| {
+                    f(
+                        comm,
+                        1,
+                        datas.as_mut_ptr(),
+                        int_sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        &mut rreq,
+                    )
+                }),
+            ),
+            Table::V9(t) => (
+                t.isend
+                    .map_or(missing, |f| f(comm, data, 16, 0, null, &mut sreq)),
+                t.irecv.map_or(missing, |f| {
+                    f(
+                        comm,
+                        1,
+                        datas.as_mut_ptr(),
+                        wide_sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        &mut rreq,
+                    )
+                }),
+            ),
+            Table::V10(t) => (
+                t.isend
+                    .map_or(missing, |f| f(comm, data, 16, 0, null, null, &mut sreq)),
+                t.irecv.map_or(missing, |f| {
+                    f(
+                        comm,
+                        1,
+                        datas.as_mut_ptr(),
+                        wide_sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        phs.as_mut_ptr(),
+                        &mut rreq,
+                    )
+                }),
+            ),
+            Table::V11(t, _) => (
+                t.isend
+                    .map_or(missing, |f| f(comm, data, 16, 0, null, null, &mut sreq)),
+                t.irecv.map_or(missing, |f| {
+                    f(
+                        comm,
+                        1,
+                        datas.as_mut_ptr(),
+                        wide_sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        phs.as_mut_ptr(),
+                        &mut rreq,
+                    )
+                }),
+            ),
+            Table::V12(t, _) => (
+                t.isend
+                    .map_or(missing, |f| f(comm, data, 16, 0, null, null, &mut sreq)),
+                t.irecv.map_or(missing, |f| {
+                    f(
+                        comm,
+                        1,
+                        datas.as_mut_ptr(),
+                        wide_sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        phs.as_mut_ptr(),
+                        &mut rreq,
+                    )
+                }),
+            ),
+        }
+    };
+    [(s, sreq), (r, rreq)]
+}
+
 /// `irecv` with `size_t` sizes (refused when a v7/v8 `int` cannot hold one), profiler handles
 /// (passed from v10, dropped before) and the value `*request` holds when the plugin is called
 /// (NCCL may leave its optional-completion hint, 0x1, there).

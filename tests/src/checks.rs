@@ -171,7 +171,26 @@ pub fn bad_input_problems(net: &Net, dev: c_int, ndev: c_int) -> Vec<String> {
         )
     };
     known_error("irecv(NULL comm)", code(r), &mut p);
-    let mut req: *mut c_void = std::ptr::null_mut();
+    // A refused isend/irecv still writes *request (NULL), whatever it held: NULL and a comm
+    // that is not the plugin's (a zeroed block: no magic word).
+    let preset = 0x5a5a_0000_usize as *mut c_void;
+    let junk = [0u64; 16];
+    for (what, comm) in [
+        ("NULL comm", std::ptr::null_mut()),
+        ("a foreign comm", junk.as_ptr().cast_mut().cast::<c_void>()),
+    ] {
+        // SAFETY: the comm is NULL or readable memory without the plugin's magic; data is live.
+        let got = unsafe { raw::request_after_refusal(t, comm, data, preset) };
+        for ((code, req), call) in got.into_iter().zip(["isend", "irecv"]) {
+            known_error(&format!("{call}({what})"), code, &mut p);
+            if !req.is_null() {
+                p.push(format!(
+                    "{call}({what}) returned {code:?} but left *request = {req:?} (must write NULL)"
+                ));
+            }
+        }
+    }
+    let mut req: *mut c_void = preset;
     if let Some(f) = t.iflush_fn() {
         // SAFETY: deliberately NULL comm; one-entry arrays; valid out-pointer.
         let r = unsafe {
@@ -188,6 +207,11 @@ pub fn bad_input_problems(net: &Net, dev: c_int, ndev: c_int) -> Vec<String> {
             // "Nothing to flush" is a legal answer for a host-only plugin.
         } else {
             known_error("iflush(NULL comm)", r, &mut p);
+            if !req.is_null() {
+                p.push(format!(
+                    "iflush(NULL comm) returned {r:?} but left *request = {req:?} (must write NULL)"
+                ));
+            }
         }
     }
     p

@@ -120,6 +120,16 @@ fn check_fits(c: &transport::Comm, m: Option<&transport::MrHandle>) -> Result<()
     }
 }
 
+/// Writes NULL to `*request` before anything can fail, so that every return, an error included,
+/// leaves it written (NULL: no request), as the contract asks; success overwrites it. A NULL
+/// `request` is left for the call to refuse.
+fn clear_request(request: *mut *mut c_void) {
+    if !request.is_null() {
+        // SAFETY: non-NULL; NCCL passes a valid, aligned out-pointer for the request.
+        unsafe { request.write(core::ptr::null_mut()) };
+    }
+}
+
 fn handle_mut<'a>(handle: *mut c_void) -> Result<&'a mut [u8; HANDLE_SIZE]> {
     if handle.is_null() {
         return Err(Error::Usage("handle is NULL".into()));
@@ -240,6 +250,7 @@ pub(super) fn isend<S: SizeArg>(
     phandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> Result<()> {
+    clear_request(request);
     // SAFETY: NCCL passes a comm of ours (checked by its magic).
     let c = unsafe { transport::comm_ref(send_comm) }?;
     // SAFETY: NCCL passes NULL or an mhandle of ours (checked by its magic).
@@ -271,6 +282,7 @@ pub(super) fn irecv<S: SizeArg>(
     if request.is_null() {
         return Err(Error::Usage("request is NULL".into()));
     }
+    clear_request(request);
     // SAFETY: NCCL passes a comm of ours (checked by its magic).
     let c = unsafe { transport::comm_ref(recv_comm) }?;
     let n = usize::try_from(n)
@@ -335,6 +347,7 @@ pub(super) fn iflush(
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> Result<()> {
+    clear_request(request);
     // SAFETY: NCCL passes a comm of ours (checked by its magic).
     let c = unsafe { transport::comm_ref(recv_comm) }?;
     let n = usize::try_from(n)
