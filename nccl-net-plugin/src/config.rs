@@ -27,6 +27,9 @@ pub struct Config {
     pub split_data_on_qps: bool,
     /// `NCCL_IB_MERGE_NICS`: whether `makeVDevice` may fuse devices into a virtual NIC.
     pub merge_nics: bool,
+    /// `NCCL_IB_RETURN_ASYNC_EVENTS`: whether a fatal asynchronous event (a port down, a QP or
+    /// CQ error, a device error) fails the comms it affects; 0 only logs it.
+    pub return_async_events: bool,
     /// `NCCL_IB_TIMEOUT` (ACK timeout exponent, 1..=31).
     pub timeout: u8,
     /// `NCCL_IB_RETRY_CNT` (0..=7).
@@ -174,6 +177,7 @@ impl Default for Config {
             qps_per_connection: 1,
             split_data_on_qps: false,
             merge_nics: true,
+            return_async_events: true,
             timeout: 20,
             retry_cnt: 7,
             traffic_class: 0,
@@ -235,6 +239,7 @@ impl Config {
             int_in(get, &mut w, "NCCL_IB_QPS_PER_CONNECTION", 1, 1, 128) as u16;
         let split_data_on_qps = int_in(get, &mut w, "NCCL_IB_SPLIT_DATA_ON_QPS", 0, 0, 1) == 1;
         let merge_nics = int_in(get, &mut w, "NCCL_IB_MERGE_NICS", 1, 0, 1) == 1;
+        let return_async_events = int_in(get, &mut w, "NCCL_IB_RETURN_ASYNC_EVENTS", 1, 0, 1) == 1;
         let timeout = int_in(get, &mut w, "NCCL_IB_TIMEOUT", i64::from(d.timeout), 1, 31) as u8;
         let retry_cnt = int_in(
             get,
@@ -310,6 +315,7 @@ impl Config {
             qps_per_connection,
             split_data_on_qps,
             merge_nics,
+            return_async_events,
             timeout,
             retry_cnt,
             traffic_class,
@@ -382,8 +388,9 @@ impl Config {
             range,
             self.roce_version
         ) + &format!(
-            " NCCL_IB_MERGE_NICS={} NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} NCCL_IB_USE_INLINE={} FERRO_FLUSH_HOST={} FERRO_STALL_WARN_S={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
+            " NCCL_IB_MERGE_NICS={} NCCL_IB_RETURN_ASYNC_EVENTS={} NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} NCCL_IB_USE_INLINE={} FERRO_FLUSH_HOST={} FERRO_STALL_WARN_S={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
             u8::from(self.merge_nics),
+            u8::from(self.return_async_events),
             self.relaxed_ordering,
             u8::from(self.gdr_flush_disable),
             u8::from(self.use_inline),
@@ -552,5 +559,28 @@ mod tests {
         );
         assert!(w.iter().any(|x| x.contains("AF_UNIX")));
         assert!(w.iter().any(|x| x.contains("NCCL_IB_ADDR_RANGE")));
+    }
+
+    #[test]
+    fn merging_and_returning_async_events_are_on_unless_set_to_zero() {
+        let (c, w) = parse(&[]);
+        assert!(c.merge_nics && c.return_async_events && w.is_empty());
+        let (c, w) = parse(&[
+            ("NCCL_IB_MERGE_NICS", "0"),
+            ("NCCL_IB_RETURN_ASYNC_EVENTS", "0"),
+        ]);
+        assert!(!c.merge_nics && !c.return_async_events && w.is_empty());
+        assert!(
+            c.summary()
+                .contains("NCCL_IB_MERGE_NICS=0 NCCL_IB_RETURN_ASYNC_EVENTS=0")
+        );
+        let (c, w) = parse(&[("NCCL_IB_RETURN_ASYNC_EVENTS", "2")]);
+        assert!(c.return_async_events);
+        assert!(
+            w.len() == 1
+                && w[0].contains("NCCL_IB_RETURN_ASYNC_EVENTS=2")
+                && w[0].contains("default 1"),
+            "{w:?}"
+        );
     }
 }

@@ -817,6 +817,97 @@ fn a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_i
     );
 }
 
+/// `NCCL_IB_RETURN_ASYNC_EVENTS=0`: the port's events are logged but fail nothing, so the comms
+/// pending across a short port flap go on once the port is back.
+fn port_flap_child() {
+    let _up = LinkUp;
+    let dev = test_dev();
+    let p = pair(dev);
+    let sbuf = pattern(3, 1 << 20);
+    let mut rbuf = vec![0u8; 1 << 20];
+    let mut sbuf = sbuf;
+    let smh = reg_buf(p.send, &mut sbuf);
+    let rmh = reg_buf(p.recv, &mut rbuf);
+    let (r, rreq) = try_irecv(p.recv, &[(rbuf.as_mut_ptr(), 1 << 20, 1, rmh)]);
+    ok(r, "irecv");
+    ip_link("down");
+    let down = Instant::now();
+    while !port_state().contains("DOWN") {
+        assert!(
+            down.elapsed() < Duration::from_secs(10),
+            "rxe1 port 1 did not go down"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Two seconds of waiting calls on both sides (thousands of periodic looks): nothing fails.
+    while down.elapsed() < Duration::from_secs(2) {
+        let (r, done) = try_test(rreq);
+        assert_eq!(
+            r,
+            ncclResult_t::Success,
+            "the receive failed while the port was down"
+        );
+        assert!(done.is_none(), "the receive completed with no send");
+        let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
+        assert_eq!(
+            r,
+            ncclResult_t::Success,
+            "the send comm failed while the port was down"
+        );
+        assert!(req.is_null(), "a send with tag 2 has no buffer");
+    }
+    ip_link("up");
+    let up = Instant::now();
+    while !port_state().contains("ACTIVE") {
+        assert!(
+            up.elapsed() < Duration::from_secs(30),
+            "rxe1 port 1 did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The same comms finish the pending receive.
+    let sreq = post_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 1, smh);
+    let mut sizes = [0 as c_int; 8];
+    wait(sreq, &mut sizes);
+    wait(rreq, &mut sizes);
+    assert_eq!(sizes[0], 1 << 20);
+    assert!(rbuf == sbuf, "1 MiB across the flap: bytes differ");
+    release(&p, smh, rmh);
+    println!("FLAP-OK");
+}
+
+#[test]
+fn with_async_events_not_returned_a_port_flap_is_logged_and_the_same_comms_go_on() {
+    if std::env::var(CHILD).as_deref() == Ok("port-flap") {
+        return port_flap_child();
+    }
+    in_guest();
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe1").exists(),
+        "needs rxe1 on dummy1"
+    );
+    let _up = LinkUp;
+    let out = child(
+        "with_async_events_not_returned_a_port_flap_is_logged_and_the_same_comms_go_on",
+        "port-flap",
+        &[
+            ("FERRO_TEST_DEV", "rxe1"),
+            ("NCCL_IB_RETURN_ASYNC_EVENTS", "0"),
+        ],
+    )
+    .output()
+    .unwrap();
+    let t = text(&out);
+    println!("{t}");
+    assert!(out.status.success() && t.contains("FLAP-OK"), "{t}");
+    assert!(
+        t.lines().any(|l| l.contains("WARN")
+            && l.contains("rxe1 port 1")
+            && l.contains("IBV_EVENT_PORT_ERR")),
+        "the event is still logged, naming the device and the port:\n{t}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // fork() after registration
 

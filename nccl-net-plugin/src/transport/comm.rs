@@ -180,6 +180,11 @@ macro_rules! core_ops {
 core_ops!(SendCore, "send");
 core_ops!(RecvCore, "receive");
 
+/// `NCCL_IB_RETURN_ASYNC_EVENTS` (1 when the plugin is not initialised).
+fn return_async_events() -> bool {
+    crate::plugin::get().is_ok_and(|p| p.config.return_async_events)
+}
+
 /// The time since the plugin first looked at the clock: the watchdog's time base.
 fn now() -> Duration {
     static START: OnceLock<Instant> = OnceLock::new();
@@ -386,7 +391,11 @@ impl Comm {
             return;
         }
         super::cts::flush_others(self);
-        if let Some(why) = self.ep.device_verdict() {
+        // The events are read (and each logged) either way; with NCCL_IB_RETURN_ASYNC_EVENTS=0
+        // they do not fail the comm, as in NCCL's IB transport (the watchdog still says what
+        // the comm waits for if it stops making progress).
+        let verdict = self.ep.device_verdict();
+        if let Some(why) = verdict.filter(|_| return_async_events()) {
             self.poll(core, on_wc);
             let f = Failure::system(format!(
                 "{}: {why}; {}",
