@@ -722,18 +722,48 @@ fn port_state() -> String {
     std::fs::read_to_string("/sys/class/infiniband/rxe1/ports/1/state").unwrap_or_default()
 }
 
-fn port_down_child() {
-    let _up = LinkUp;
-    let dev = test_dev();
-    let p = pair(dev);
-    let mut sbuf = pattern(1, 1 << 20);
+/// A pair on the test device with 1 MiB buffers registered on both sides and a receive for
+/// tag 1 posted (it waits for data: nothing is sent with that tag yet).
+struct PendingReceive {
+    p: Pair,
+    sbuf: Vec<u8>,
+    rbuf: Vec<u8>,
+    smh: *mut c_void,
+    rmh: *mut c_void,
+    rreq: *mut c_void,
+}
+
+fn pending_receive(seed: u32) -> PendingReceive {
+    let p = pair(test_dev());
+    let mut sbuf = pattern(seed, 1 << 20);
     let mut rbuf = vec![0u8; 1 << 20];
     let smh = reg_buf(p.send, &mut sbuf);
     let rmh = reg_buf(p.recv, &mut rbuf);
-    // Pending on both sides: a receive for tag 1 waits for data, a send with tag 2 waits for a
-    // buffer with its tag.
     let (r, rreq) = try_irecv(p.recv, &[(rbuf.as_mut_ptr(), 1 << 20, 1, rmh)]);
     ok(r, "irecv");
+    PendingReceive {
+        p,
+        sbuf,
+        rbuf,
+        smh,
+        rmh,
+        rreq,
+    }
+}
+
+fn port_down_child() {
+    let _up = LinkUp;
+    let dev = test_dev();
+    // Pending on both sides: a receive for tag 1 waits for data, a send with tag 2 waits for a
+    // buffer with its tag.
+    let PendingReceive {
+        p,
+        mut sbuf,
+        mut rbuf,
+        smh,
+        rreq,
+        ..
+    } = pending_receive(1);
     let (r, sreq) = try_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
     ok(r, "isend");
     assert!(sreq.is_null());
@@ -821,15 +851,14 @@ fn a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_i
 /// pending across a short port flap go on once the port is back.
 fn port_flap_child() {
     let _up = LinkUp;
-    let dev = test_dev();
-    let p = pair(dev);
-    let sbuf = pattern(3, 1 << 20);
-    let mut rbuf = vec![0u8; 1 << 20];
-    let mut sbuf = sbuf;
-    let smh = reg_buf(p.send, &mut sbuf);
-    let rmh = reg_buf(p.recv, &mut rbuf);
-    let (r, rreq) = try_irecv(p.recv, &[(rbuf.as_mut_ptr(), 1 << 20, 1, rmh)]);
-    ok(r, "irecv");
+    let PendingReceive {
+        p,
+        mut sbuf,
+        rbuf,
+        smh,
+        rmh,
+        rreq,
+    } = pending_receive(3);
     ip_link("down");
     let down = Instant::now();
     while !port_state().contains("DOWN") {

@@ -16,17 +16,20 @@ unsafe extern "C" fn devices(ndev: *mut c_int) -> ncclResult_t {
     boundary("devices", || core::devices(ndev))
 }
 
+/// `makeVDevice` with either version's member list (`N` = 4 before v12, 8 from v12).
+fn make_vdevice<const N: usize>(d: *mut c_int, props: Option<(c_int, &[c_int; N])>) -> Result<()> {
+    let (ndevs, devs) = props.ok_or_else(|| Error::Usage("makeVDevice with props NULL".into()))?;
+    core::make_vdevice(d, ndevs, devs, N)
+}
+
 /// `makeVDevice` of v9, v10 and v11 (up to 4 members).
 unsafe extern "C" fn make_vdevice_v9(
     d: *mut c_int,
     props: *mut ncclNetVDeviceProps_v9_t,
 ) -> ncclResult_t {
-    boundary("makeVDevice", || {
-        // SAFETY: NCCL passes its props struct, valid for the call (checked non-NULL).
-        let p = unsafe { props.as_ref() }
-            .ok_or_else(|| Error::Usage("makeVDevice with props NULL".into()))?;
-        core::make_vdevice(d, p.ndevs, &p.devs, p.devs.len())
-    })
+    // SAFETY: NCCL passes NULL or its props struct, valid for the call.
+    let p = unsafe { props.as_ref() }.map(|p| (p.ndevs, &p.devs));
+    boundary("makeVDevice", || make_vdevice(d, p))
 }
 
 /// `makeVDevice` of v12 (up to 8 members).
@@ -34,12 +37,9 @@ unsafe extern "C" fn make_vdevice_v12(
     d: *mut c_int,
     props: *mut ncclNetVDeviceProps_v12_t,
 ) -> ncclResult_t {
-    boundary("makeVDevice", || {
-        // SAFETY: NCCL passes its props struct, valid for the call (checked non-NULL).
-        let p = unsafe { props.as_ref() }
-            .ok_or_else(|| Error::Usage("makeVDevice with props NULL".into()))?;
-        core::make_vdevice(d, p.ndevs, &p.devs, p.devs.len())
-    })
+    // SAFETY: NCCL passes NULL or its props struct, valid for the call.
+    let p = unsafe { props.as_ref() }.map(|p| (p.ndevs, &p.devs));
+    boundary("makeVDevice", || make_vdevice(d, p))
 }
 
 unsafe extern "C" fn accept(
