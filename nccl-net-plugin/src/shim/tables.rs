@@ -4,6 +4,7 @@
 //! context). Every body runs inside [`super::boundary`].
 
 use super::context::{self, NetContext};
+use super::core::SizeArg;
 use super::{boundary, core, out, props};
 use crate::error::{Error, Result};
 use crate::transport::ObjectKind;
@@ -139,30 +140,25 @@ unsafe extern "C" fn connect(
 
 // ---- sizes: int (v7, v8) or size_t (v8+ regMr, v9+ isend/irecv) ---------------------------
 
-unsafe extern "C" fn reg_mr_int(
+// One function per entry, generic over the size type: `S` = `c_int` (v7 `regMr`, v7/v8
+// `isend`/`irecv`) or `usize` (v8+ `regMr`, v9 `isend`/`irecv`); each table takes the instance
+// its C signature names.
+
+unsafe extern "C" fn reg_mr<S: SizeArg>(
     comm: *mut c_void,
     data: *mut c_void,
-    size: c_int,
+    size: S,
     type_: c_int,
     mhandle: *mut *mut c_void,
 ) -> ncclResult_t {
     boundary("regMr", || core::reg_mr(comm, data, size, type_, mhandle))
 }
 
-unsafe extern "C" fn reg_mr(
-    comm: *mut c_void,
-    data: *mut c_void,
-    size: usize,
-    type_: c_int,
-    mhandle: *mut *mut c_void,
-) -> ncclResult_t {
-    boundary("regMr", || core::reg_mr(comm, data, size, type_, mhandle))
-}
-
-unsafe extern "C" fn isend_int(
+/// `isend` without a profiler handle (before v10).
+unsafe extern "C" fn isend<S: SizeArg>(
     send_comm: *mut c_void,
     data: *mut c_void,
-    size: c_int,
+    size: S,
     tag: c_int,
     mhandle: *mut c_void,
     request: *mut *mut c_void,
@@ -180,55 +176,12 @@ unsafe extern "C" fn isend_int(
     })
 }
 
-unsafe extern "C" fn irecv_int(
+/// `irecv` without profiler handles (before v10).
+unsafe extern "C" fn irecv<S: SizeArg>(
     recv_comm: *mut c_void,
     n: c_int,
     data: *mut *mut c_void,
-    sizes: *mut c_int,
-    tags: *mut c_int,
-    mhandles: *mut *mut c_void,
-    request: *mut *mut c_void,
-) -> ncclResult_t {
-    boundary("irecv", || {
-        core::irecv(
-            recv_comm,
-            n,
-            data,
-            sizes,
-            tags,
-            mhandles,
-            ::core::ptr::null_mut(),
-            request,
-        )
-    })
-}
-
-unsafe extern "C" fn isend_size_t(
-    send_comm: *mut c_void,
-    data: *mut c_void,
-    size: usize,
-    tag: c_int,
-    mhandle: *mut c_void,
-    request: *mut *mut c_void,
-) -> ncclResult_t {
-    boundary("isend", || {
-        core::isend(
-            send_comm,
-            data,
-            size,
-            tag,
-            mhandle,
-            ::core::ptr::null_mut(),
-            request,
-        )
-    })
-}
-
-unsafe extern "C" fn irecv_size_t(
-    recv_comm: *mut c_void,
-    n: c_int,
-    data: *mut *mut c_void,
-    sizes: *mut usize,
+    sizes: *mut S,
     tags: *mut c_int,
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
@@ -459,11 +412,11 @@ pub(crate) const TABLE_V7: ncclNet_v7_t = ncclNet_v7_t {
     listen: Some(listen),
     connect: Some(connect),
     accept: Some(accept),
-    regMr: Some(reg_mr_int),
+    regMr: Some(reg_mr::<c_int>),
     regMrDmaBuf: Some(reg_mr_dma_buf),
     deregMr: Some(dereg_mr),
-    isend: Some(isend_int),
-    irecv: Some(irecv_int),
+    isend: Some(isend::<c_int>),
+    irecv: Some(irecv::<c_int>),
     iflush: Some(iflush),
     test: Some(test),
     closeSend: Some(close_send),
@@ -482,11 +435,11 @@ pub(crate) const TABLE_V8: ncclNet_v8_t = ncclNet_v8_t {
     listen: Some(listen),
     connect: Some(connect),
     accept: Some(accept),
-    regMr: Some(reg_mr),
+    regMr: Some(reg_mr::<usize>),
     regMrDmaBuf: Some(reg_mr_dma_buf),
     deregMr: Some(dereg_mr),
-    isend: Some(isend_int),
-    irecv: Some(irecv_int),
+    isend: Some(isend::<c_int>),
+    irecv: Some(irecv::<c_int>),
     iflush: Some(iflush),
     test: Some(test),
     closeSend: Some(close_send),
@@ -504,11 +457,11 @@ pub(crate) const TABLE_V9: ncclNet_v9_t = ncclNet_v9_t {
     listen: Some(listen),
     connect: Some(connect),
     accept: Some(accept),
-    regMr: Some(reg_mr),
+    regMr: Some(reg_mr::<usize>),
     regMrDmaBuf: Some(reg_mr_dma_buf),
     deregMr: Some(dereg_mr),
-    isend: Some(isend_size_t),
-    irecv: Some(irecv_size_t),
+    isend: Some(isend::<usize>),
+    irecv: Some(irecv::<usize>),
     iflush: Some(iflush),
     test: Some(test),
     closeSend: Some(close_send),
@@ -527,7 +480,7 @@ pub(crate) const TABLE_V10: ncclNet_v10_t = ncclNet_v10_t {
     listen: Some(listen),
     connect: Some(connect_v10),
     accept: Some(accept),
-    regMr: Some(reg_mr),
+    regMr: Some(reg_mr::<usize>),
     regMrDmaBuf: Some(reg_mr_dma_buf),
     deregMr: Some(dereg_mr),
     isend: Some(isend_profiled),
@@ -550,7 +503,7 @@ pub(crate) const TABLE_V11: ncclNet_v11_t = ncclNet_v11_t {
     listen: Some(listen_v11),
     connect: Some(connect_v11),
     accept: Some(accept),
-    regMr: Some(reg_mr),
+    regMr: Some(reg_mr::<usize>),
     regMrDmaBuf: Some(reg_mr_dma_buf),
     deregMr: Some(dereg_mr),
     isend: Some(isend_profiled),
@@ -575,7 +528,7 @@ pub(crate) const TABLE_V12: ncclNet_v12_t = ncclNet_v12_t {
     listen: Some(listen_v11),
     connect: Some(connect_v11),
     accept: Some(accept),
-    regMr: Some(reg_mr),
+    regMr: Some(reg_mr::<usize>),
     regMrDmaBuf: Some(reg_mr_dma_buf),
     deregMr: Some(dereg_mr),
     isend: Some(isend_profiled),
