@@ -248,102 +248,37 @@ pub unsafe fn request_after_refusal<'a>(
     let mut phs: [*mut c_void; 1] = [core::ptr::null_mut()];
     let null = core::ptr::null_mut();
     let missing = ncclResult_t::InternalError;
+    // Both calls on table `t` with receive sizes of the version's width (`$sizes`) and, from
+    // v10, the profiler handle and handles (`$ph`, `$phs`).
+    macro_rules! both {
+        ($t:expr, $sizes:expr $(, $ph:expr, $phs:expr)?) => {
+            (
+                $t.isend
+                    .map_or(missing, |f| f(comm, data, 16, 0, null, $($ph,)? &mut sreq)),
+                $t.irecv.map_or(missing, |f| {
+                    f(
+                        comm,
+                        1,
+                        datas.as_mut_ptr(),
+                        $sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        $($phs,)?
+                        &mut rreq,
+                    )
+                }),
+            )
+        };
+    }
     // SAFETY: (every arm) valid one-entry arrays and out-pointers; `comm` per the contract.
     let (s, r) = unsafe {
         match t.into() {
-            Table::V7(t) => (
-                t.isend
-                    .map_or(missing, |f| f(comm, data, 16, 0, null, &mut sreq)),
-                t.irecv.map_or(missing, |f| {
-                    f(
-                        comm,
-                        1,
-                        datas.as_mut_ptr(),
-                        int_sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhs.as_mut_ptr(),
-                        &mut rreq,
-                    )
-                }),
-            ),
-            Table::V8(t) => (
-                t.isend
-                    .map_or(missing, |f| f(comm, data, 16, 0, null, &mut sreq)),
-                t.irecv.map_or(missing, |f| {
-                    f(
-                        comm,
-                        1,
-                        datas.as_mut_ptr(),
-                        int_sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhs.as_mut_ptr(),
-                        &mut rreq,
-                    )
-                }),
-            ),
-            Table::V9(t) => (
-                t.isend
-                    .map_or(missing, |f| f(comm, data, 16, 0, null, &mut sreq)),
-                t.irecv.map_or(missing, |f| {
-                    f(
-                        comm,
-                        1,
-                        datas.as_mut_ptr(),
-                        wide_sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhs.as_mut_ptr(),
-                        &mut rreq,
-                    )
-                }),
-            ),
-            Table::V10(t) => (
-                t.isend
-                    .map_or(missing, |f| f(comm, data, 16, 0, null, null, &mut sreq)),
-                t.irecv.map_or(missing, |f| {
-                    f(
-                        comm,
-                        1,
-                        datas.as_mut_ptr(),
-                        wide_sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhs.as_mut_ptr(),
-                        phs.as_mut_ptr(),
-                        &mut rreq,
-                    )
-                }),
-            ),
-            Table::V11(t, _) => (
-                t.isend
-                    .map_or(missing, |f| f(comm, data, 16, 0, null, null, &mut sreq)),
-                t.irecv.map_or(missing, |f| {
-                    f(
-                        comm,
-                        1,
-                        datas.as_mut_ptr(),
-                        wide_sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhs.as_mut_ptr(),
-                        phs.as_mut_ptr(),
-                        &mut rreq,
-                    )
-                }),
-            ),
-            Table::V12(t, _) => (
-                t.isend
-                    .map_or(missing, |f| f(comm, data, 16, 0, null, null, &mut sreq)),
-                t.irecv.map_or(missing, |f| {
-                    f(
-                        comm,
-                        1,
-                        datas.as_mut_ptr(),
-                        wide_sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhs.as_mut_ptr(),
-                        phs.as_mut_ptr(),
-                        &mut rreq,
-                    )
-                }),
-            ),
+            Table::V7(t) => both!(t, int_sizes),
+            Table::V8(t) => both!(t, int_sizes),
+            Table::V9(t) => both!(t, wide_sizes),
+            Table::V10(t) => both!(t, wide_sizes, null, phs.as_mut_ptr()),
+            Table::V11(t, _) => both!(t, wide_sizes, null, phs.as_mut_ptr()),
+            Table::V12(t, _) => both!(t, wide_sizes, null, phs.as_mut_ptr()),
         }
     };
     [(s, sreq), (r, rreq)]
