@@ -228,6 +228,22 @@ pub fn child(test: &str, role: &str, env: &[(&str, &str)]) -> Command {
     c
 }
 
+/// Runs this binary's `test` as a child playing `role` with `env`, checks that it exited 0 and
+/// printed `marker` (its last step), and returns its output (stdout, then stderr). `what`
+/// names the run in the failure message (the settings it was made with).
+pub fn child_passes(
+    test: &str,
+    role: &str,
+    env: &[(&str, &str)],
+    marker: &str,
+    what: &str,
+) -> String {
+    let out = child(test, role, env).output().unwrap();
+    let t = text(&out);
+    assert!(out.status.success() && t.contains(marker), "{what}:\n{t}");
+    t
+}
+
 /// A finished child's stdout and stderr, one after the other.
 pub fn text(out: &Output) -> String {
     format!(
