@@ -52,13 +52,10 @@ impl VDevice {
         }
     }
 
-    /// Most bytes one request buffer may carry: the smallest of the members' limits.
+    /// Most bytes one request buffer may carry: the same on every device (a request's size is
+    /// 32 bits on the wire), so the same on a virtual NIC.
     pub fn max_request_bytes(&self) -> u64 {
-        self.members
-            .iter()
-            .map(|m| m.max_request_bytes())
-            .min()
-            .unwrap_or(0)
+        plugin::MAX_REQUEST_BYTES
     }
 
     /// Most bytes one RDMA write may carry on every member (longer chunks go in pieces).

@@ -51,6 +51,8 @@ pub(super) struct Endpoint {
     /// clear-to-send entry, as NCCL's IB transport asks; else 0). Posts use `IBV_SEND_INLINE`
     /// only up to this, so the flag never outruns what the QPs were created with.
     pub(super) max_inline: u32,
+    /// Most bytes one RDMA write may carry on every member (longer chunks go in pieces).
+    pub(super) max_write: u32,
 }
 
 impl Endpoint {
@@ -104,6 +106,7 @@ impl Endpoint {
             layout,
             traffic_class,
             max_inline,
+            max_write: vdev.max_write_bytes(),
         })
     }
 

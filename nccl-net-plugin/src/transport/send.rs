@@ -116,7 +116,7 @@ impl Comm {
             group.items(),
             &self.ep.layout,
             slot,
-            self.ep.vdev.max_write_bytes(),
+            self.ep.max_write,
             writes,
         );
         // One chain per QP: group the writes by QP, the write with immediate last on each (the
