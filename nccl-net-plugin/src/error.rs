@@ -31,6 +31,18 @@ impl Error {
         }
     }
 
+    /// The same error with `what` said before its text (`what: text`).
+    pub fn prefixed(self, what: &str) -> Error {
+        let f = |m: String| format!("{what}: {m}");
+        match self {
+            Error::Usage(m) => Error::Usage(f(m)),
+            Error::Argument(m) => Error::Argument(f(m)),
+            Error::System(m) => Error::System(f(m)),
+            Error::Remote(m) => Error::Remote(f(m)),
+            Error::Internal(m) => Error::Internal(f(m)),
+        }
+    }
+
     pub fn message(&self) -> &str {
         match self {
             Error::Usage(m)

@@ -107,17 +107,10 @@ fn reg_members(
                     let _ = m.release();
                 }
                 return Err(if comm.ep.vdev.is_virtual {
-                    match e {
-                        Error::Usage(m) => Error::Usage(format!(
-                            "member {} of {}: {m}",
-                            rail.dev.ibdev, comm.ep.vdev.name
-                        )),
-                        Error::System(m) => Error::System(format!(
-                            "member {} of {}: {m}",
-                            rail.dev.ibdev, comm.ep.vdev.name
-                        )),
-                        e => e,
-                    }
+                    e.prefixed(&format!(
+                        "member {} of {}",
+                        rail.dev.ibdev, comm.ep.vdev.name
+                    ))
                 } else {
                     e
                 });
