@@ -3,6 +3,7 @@
 #   1. provision the machine (packages, soft-RoCE guest kernel) if needed;
 #   2. style: rustfmt and clippy (warnings are errors), before anything slow;
 #   3. host tests: unit tests of every crate and the host_* integration tests (no RDMA needed);
+#      the loom models of the cross-thread rules;
 #      then the Debian package (built, installed into a scratch root, loaded as NCCL does) and
 #      the Kubernetes manifests (API schemas, custom resources, installer script);
 #   4. guest tests: the guest_* integration tests, built here and run inside one boot of the
@@ -31,6 +32,9 @@ cargo build --workspace --all-targets
 
 step "host tests"
 cargo test --workspace --lib --bins --test 'host_*'
+
+step "model checks: the cross-thread rules under every interleaving (loom)"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p nccl-net-plugin --lib receivers::model
 
 step "package: build the .deb, install it into a scratch root, load the plugin as NCCL does"
 scripts/check-package.sh

@@ -17,6 +17,7 @@ pub mod plugin;
 pub mod profiler;
 mod shim;
 pub mod stats;
+mod sync;
 pub mod transport;
 pub mod vnic;
 

@@ -30,6 +30,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"FERRONET");
 pub const SLOTS: usize = 32;
 /// Buffers in one grouped receive (advertised as `maxRecvs`).
 pub const MAX_RECVS: usize = 8;
+/// Signal one clear-to-send write in this many: its completion retires the unsignaled ones
+/// before it on the same QP, so the send queue never fills and the receiver's CQ carries one
+/// CTS completion per 16 receives instead of one each. The queue depths ([`plan`]) and the
+/// receive core ([`comm::recv`]) both follow it.
+pub const CTS_SIGNAL_EVERY: u64 = 16;
 /// Most QPs per connection (`NCCL_IB_QPS_PER_CONNECTION`'s range).
 pub const MAX_QPS: usize = 128;
 /// Most physical devices behind one (virtual) device: NCCL fuses up to 8 (ABI v12; 4 before).

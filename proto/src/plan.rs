@@ -32,8 +32,7 @@
 //! chunk's immediate (if it has one). A request may thus carry up to `u32::MAX` bytes, the
 //! width of every size on the wire (clear-to-send entry, sizes record, immediate).
 
-use crate::comm::wr_id::CTS_SIGNAL_EVERY;
-use crate::{Keys, MAX_DEVS, MAX_RECVS, SLOTS};
+use crate::{CTS_SIGNAL_EVERY, Keys, MAX_DEVS, MAX_RECVS, SLOTS};
 use std::ops::Range;
 
 /// Granularity of split chunks: keeps NCCL's 128-byte protocol lines whole on one QP.

@@ -98,14 +98,6 @@ unsafe impl Send for Comm {}
 // SAFETY: as above; all mutable state is behind the core's mutex.
 unsafe impl Sync for Comm {}
 
-impl Drop for Comm {
-    fn drop(&mut self) {
-        if matches!(self.side, Side::Receiver { .. }) {
-            super::cts::unregister(self);
-        }
-    }
-}
-
 /// A comm that is not yet NCCL's: freed if dropped (an error path), or handed to NCCL with
 /// [`CommPtr::into_raw`], after which `close` frees it.
 #[derive(Debug)]
@@ -121,7 +113,9 @@ impl CommPtr {
 
 impl Drop for CommPtr {
     fn drop(&mut self) {
-        // SAFETY: allocated by Box::into_raw in Comm::create and never handed out.
+        Comm::withdraw(self.0);
+        // SAFETY: allocated by Box::into_raw in Comm::create and never handed out; withdrawn
+        // from the receiver list, so no other thread refers to it.
         drop(unsafe { Box::from_raw(self.0) });
     }
 }
@@ -287,6 +281,14 @@ impl Comm {
             super::cts::register(p);
         }
         CommPtr(p)
+    }
+
+    /// The first step of a comm's end, before its magic word is overwritten and before it is
+    /// freed: takes it out of the one structure other threads reach it through (the receiver
+    /// list of clear-to-send writes), waiting for a thread that is visiting it. A no-op for a
+    /// send comm.
+    pub(super) fn withdraw(p: *const Comm) {
+        super::cts::unregister(p);
     }
 
     pub(super) fn describe(&self) -> String {

@@ -11,55 +11,53 @@
 //! the comm, and writes them itself.
 
 use super::comm::{Comm, ReceiverMem, Side};
+use super::receivers::Registry;
 use crate::error::Result;
 use ferro_proto::comm::Failure;
 use ferro_proto::comm::recv::{CtsWrite, RecvCore};
 use ferro_verbs::sys::*;
-use std::sync::Mutex;
+use std::sync::OnceLock;
 
-/// Every open receive comm, by address. A comm adds itself once it has its final address and
-/// removes itself before it is freed, both under this lock, so a pointer read here while the
-/// lock is held is live.
-static RECEIVERS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// Every open receive comm, by address, under the lifetime rule of [`Registry`]: added once the
+/// comm has its final address, removed before anything else of its end happens.
+fn receivers() -> &'static Registry {
+    static RECEIVERS: OnceLock<Registry> = OnceLock::new();
+    RECEIVERS.get_or_init(Registry::default)
+}
 
 /// The QP that carries clear-to-send writes.
 const CTS_QP: usize = 0;
 
 /// Adds a receive comm (at creation, at its final heap address).
 pub(super) fn register(comm: *const Comm) {
-    if let Ok(mut l) = RECEIVERS.lock() {
-        l.push(comm as usize);
-    }
+    receivers().add(comm as usize);
 }
 
-/// Removes a comm (before it is freed). A no-op for comms that were never added.
+/// Removes a comm; must come before anything else of the comm's end (see [`Registry`]). A
+/// no-op for comms that were never added.
 pub(super) fn unregister(comm: *const Comm) {
-    let mut l = RECEIVERS.lock().unwrap_or_else(|p| p.into_inner());
-    l.retain(|&c| c != comm as usize);
+    receivers().remove(comm as usize);
 }
 
 /// Writes the staged entries of every receive comm except `current` (whose lock the caller
 /// holds) and those another thread is using right now.
 pub(super) fn flush_others(current: *const Comm) {
-    let Ok(list) = RECEIVERS.try_lock() else {
-        // Another thread is flushing or registering: it does the same work.
-        return;
-    };
-    for &c in list.iter().filter(|&&c| c != current as usize) {
-        // SAFETY: every address in the list is a live comm (removed under this lock before
-        // it is freed), and only shared references are made.
+    // Another thread holding the list is adding, removing, or doing this same work.
+    receivers().try_visit(current as usize, |c| {
+        // SAFETY: the registry only visits addresses of live comms (removed before they are
+        // freed, under the lock held during this call), and only shared references are made.
         let comm = unsafe { &*(c as *const Comm) };
         let Side::Receiver { mem, core, .. } = &comm.side else {
-            continue;
+            return;
         };
         let Ok(mut core) = core.try_lock() else {
-            continue;
+            return;
         };
         if let Some(w) = core.cts_flush() {
             // A failure is recorded as the comm's sticky error, reported by its next call.
             let _ = comm.post_cts(mem, &mut core, &w);
         }
-    }
+    });
 }
 
 impl Comm {

@@ -159,7 +159,11 @@ pub unsafe fn close(p: *mut core::ffi::c_void, kind: ObjectKind) -> Result<()> {
             kind.name()
         )));
     }
-    // The magic word is overwritten first, so that a later use of the dangling pointer is
+    if matches!(kind, ObjectKind::SendComm | ObjectKind::RecvComm) {
+        // Before anything else: no other thread may reach the comm once its end begins.
+        Comm::withdraw(p.cast());
+    }
+    // The magic word is overwritten next, so that a later use of the dangling pointer is
     // likely caught by the magic check (it is still undefined behaviour; NCCL never does it).
     // SAFETY: the magic says `p` is a live object of ours whose first field is the u64 magic.
     unsafe { p.cast::<u64>().write_volatile(CLOSED_MAGIC) };

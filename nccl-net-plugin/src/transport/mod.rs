@@ -18,6 +18,7 @@ mod cts;
 mod endpoint;
 mod handles;
 mod handshake;
+mod receivers;
 mod recv;
 mod registration;
 mod send;

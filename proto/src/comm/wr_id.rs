@@ -20,10 +20,7 @@ pub enum WrId {
 const KIND_SHIFT: u32 = 62;
 const PAYLOAD: u64 = (1 << KIND_SHIFT) - 1;
 
-/// Signal one clear-to-send write in this many: its completion retires the unsignaled ones
-/// before it on the same QP, so the send queue never fills and the receiver's CQ carries one
-/// CTS completion per 16 receives instead of one each.
-pub const CTS_SIGNAL_EVERY: u64 = 16;
+pub use crate::CTS_SIGNAL_EVERY;
 
 impl WrId {
     pub fn encode(self) -> u64 {
