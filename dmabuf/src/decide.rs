@@ -36,20 +36,20 @@ pub struct Inputs {
     pub provider: ProviderProbe,
     /// [`crate::cuda::probe_cuda`] (process-wide; probe once, clone per device).
     pub cuda: CudaState,
-    /// [`Overrides::from_lookup`].
+    /// The settings that turn the paths off (read by the plugin's configuration).
     pub overrides: Overrides,
 }
 
 impl Inputs {
-    /// Gathers the host facts from `sys_root` / `proc_root` and the overrides through `env`;
-    /// the library, provider and CUDA facts are passed in.
+    /// Gathers the host facts from `sys_root` / `proc_root`; the library, provider and CUDA
+    /// facts and the overrides are passed in.
     pub fn gather(
         sys_root: &Path,
         proc_root: &Path,
         verbs_has_reg_dmabuf_mr: bool,
         provider: ProviderProbe,
         cuda: CudaState,
-        env: &dyn Fn(&str) -> Option<String>,
+        overrides: Overrides,
     ) -> Inputs {
         Inputs {
             peermem: detect_peermem(sys_root),
@@ -57,15 +57,16 @@ impl Inputs {
             verbs_has_reg_dmabuf_mr,
             provider,
             cuda,
-            overrides: Overrides::from_lookup(env),
+            overrides,
         }
     }
 
-    /// [`Inputs::gather`] on `/sys`, `/proc` and the process environment.
+    /// [`Inputs::gather`] on `/sys` and `/proc`.
     pub fn from_system(
         verbs_has_reg_dmabuf_mr: bool,
         provider: ProviderProbe,
         cuda: CudaState,
+        overrides: Overrides,
     ) -> Inputs {
         Self::gather(
             Path::new("/sys"),
@@ -73,7 +74,7 @@ impl Inputs {
             verbs_has_reg_dmabuf_mr,
             provider,
             cuda,
-            &|k| std::env::var(k).ok(),
+            overrides,
         )
     }
 }
@@ -360,7 +361,6 @@ mod tests {
     use super::*;
 
     use crate::host::{KernelVersion, PEERMEM_MARKERS};
-    use std::collections::HashMap;
     use std::path::PathBuf;
 
     const NO_CUDA: &str = "libcuda.so.1: cannot open shared object file: No such file or directory";
@@ -709,8 +709,6 @@ mod tests {
         let marker = sys.path().join(PEERMEM_MARKERS[0]);
         std::fs::create_dir_all(marker.parent().expect("parent")).expect("mkdir");
         std::fs::write(&marker, "1.3\n").expect("write");
-        let env: HashMap<&str, &str> =
-            [("NCCL_DMABUF_ENABLE", "0"), ("FERRO_GDR_DISABLE", "maybe")].into();
         let cuda = CudaState::Present {
             driver_version: 12020,
             devices: vec![gpu(0, true, Some(true))],
@@ -721,7 +719,10 @@ mod tests {
             true,
             ProviderProbe::Supported,
             cuda,
-            &|k| env.get(k).map(|v| (*v).to_string()),
+            Overrides {
+                dmabuf_enable: false,
+                gdr_disable: false,
+            },
         );
         assert_eq!(i.kernel.version(), Some(KernelVersion::new(6, 1, 0)));
         assert_eq!(
@@ -733,10 +734,6 @@ mod tests {
         );
         assert!(!i.overrides.dmabuf_enable);
         assert!(!i.overrides.gdr_disable);
-        assert_eq!(
-            i.overrides.warnings,
-            ["FERRO_GDR_DISABLE=\"maybe\" is not an integer; using the default 0"]
-        );
         let d = decide("mlx5_0", &i);
         assert_eq!(d.ptr_support_bits, 1 | 2);
         assert_eq!(
@@ -755,6 +752,7 @@ mod tests {
             true,
             ProviderProbe::NotProbed("host test".into()),
             crate::cuda::probe_cuda(),
+            Overrides::default(),
         );
         let d = decide("host0", &i);
         assert_eq!(d.ptr_support_bits, 1);

@@ -11,7 +11,7 @@
 //!
 //! - [`host`]: nvidia-peermem markers under `/sys` and the kernel release under `/proc`, each read
 //!   from a root path so tests use fake trees;
-//! - [`overrides`]: `NCCL_DMABUF_ENABLE` and `FERRO_GDR_DISABLE`, read through a lookup closure;
+//! - [`overrides`]: `NCCL_DMABUF_ENABLE` and `FERRO_GDR_DISABLE` as values (the plugin's configuration reads them);
 //! - [`provider`]: the per-device `ibv_reg_dmabuf_mr(fd = -1)` probe NCCL itself uses;
 //! - [`cuda`]: the CUDA driver (`libcuda.so.1`), loaded at run time if present, and its per-GPU
 //!   DMA-BUF / GPUDirect RDMA attributes;
@@ -23,12 +23,13 @@
 //!
 //! ```no_run
 //! # fn demo(pd: &std::sync::Arc<ferro_verbs::Pd>) {
-//! use ferro_dmabuf::{Inputs, cuda, decide, provider};
+//! use ferro_dmabuf::{Inputs, Overrides, cuda, decide, provider};
 //! let cuda = cuda::probe_cuda(); // process-wide: probe once, clone per device
 //! let has_sym = ferro_verbs::verbs().map(|v| v.capabilities().reg_dmabuf_mr).unwrap_or(false);
-//! let inputs = Inputs::from_system(has_sym, provider::probe_provider(pd), cuda);
+//! let overrides = Overrides::default(); // from the plugin's configuration
+//! let inputs = Inputs::from_system(has_sym, provider::probe_provider(pd), cuda, overrides);
 //! let d = decide::decide(pd.context().name(), &inputs);
-//! // log inputs.overrides.warnings, then d.summary; advertise d.ptr_support_bits
+//! // log d.summary; advertise d.ptr_support_bits
 //! # }
 //! ```
 pub mod cuda;

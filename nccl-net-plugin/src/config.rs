@@ -1,62 +1,240 @@
-//! Environment configuration: NCCL's own `NCCL_IB_*` names with NCCL's meaning, read once.
+//! Environment configuration: NCCL's own `NCCL_IB_*` names with NCCL's meaning, and Ferro's
+//! own `FERRO_*` ones, read once (at `init`) into one snapshot that the rest of the plugin is
+//! handed: nothing else reads the environment.
 //!
-//! Every value is validated; an invalid one produces a warning naming the variable, the value and
-//! the default used instead. Parsing is pure (`Config::from_lookup`) so it is unit-tested without
-//! touching the process environment.
+//! Every variable is one entry of the `settings!` table below: its field, type, name, default
+//! and parser, written once; the struct, its defaults, the reading and the one-line summary are
+//! generated from it. Every value is validated; an invalid one produces a warning naming the
+//! variable, the value and the default used instead. Parsing is pure (`Config::from_lookup`) so
+//! it is unit-tested without touching the process environment.
 
 use ferro_verbs::gid::GidPolicy;
 use ferro_verbs::sysfs::AddrFamily;
 use std::net::IpAddr;
 
-/// The effective configuration.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    /// `NCCL_IB_GID_INDEX` (-1 = automatic).
-    pub gid_index: i64,
-    /// `NCCL_IB_ADDR_FAMILY`.
-    pub addr_family: AddrFamily,
-    /// `NCCL_IB_ADDR_RANGE` (CIDR).
-    pub addr_range: Option<(IpAddr, u8)>,
-    /// `NCCL_IB_ROCE_VERSION_NUM`.
-    pub roce_version: u8,
+/// Declares the configuration: one entry per variable,
+/// `field: Type = "NAME", default, parser [, or "what the fallback is called"];`.
+/// The parser turns the (trimmed, non-empty) value into the field or says what is wrong with it;
+/// an unset or empty variable is the default.
+macro_rules! settings {
+    ($(
+        $(#[doc = $doc:literal])*
+        $field:ident : $ty:ty = $name:literal, $default:expr, $parse:expr $(, or $fallback:literal)?;
+    )*) => {
+        /// The effective configuration.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Config {
+            $( $(#[doc = $doc])* pub $field: $ty, )*
+        }
+
+        impl Default for Config {
+            fn default() -> Self {
+                Config { $( $field: $default, )* }
+            }
+        }
+
+        /// Every variable the configuration reads, in the order the summary gives them.
+        pub const VARIABLES: &[&str] = &[$($name),*];
+
+        impl Config {
+            /// Reads the configuration through `get` (the environment in production).
+            pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> (Config, Vec<Warning>) {
+                let mut w = Vec::new();
+                let cfg = Config {
+                    $( $field: read(get, &mut w, $name, $default, $parse, settings!(@or $($fallback)?)), )*
+                };
+                (cfg, w)
+            }
+
+            /// One line with every effective value, for the INFO log and the doctor.
+            pub fn summary(&self) -> String {
+                let parts: [String; VARIABLES.len()] =
+                    [$( format!("{}={}", $name, Show::show(&self.$field)) ),*];
+                parts.join(" ")
+            }
+        }
+    };
+    (@or) => { None };
+    (@or $f:literal) => { Some($f) };
+}
+
+settings! {
     /// `NCCL_IB_DISABLE`.
-    pub disable: bool,
+    disable: bool = "NCCL_IB_DISABLE", false, flag;
     /// `NCCL_IB_QPS_PER_CONNECTION` (1..=128).
-    pub qps_per_connection: u16,
+    qps_per_connection: u16 = "NCCL_IB_QPS_PER_CONNECTION", 1, int(1, 128);
     /// `NCCL_IB_SPLIT_DATA_ON_QPS`.
-    pub split_data_on_qps: bool,
+    split_data_on_qps: bool = "NCCL_IB_SPLIT_DATA_ON_QPS", false, flag;
+    /// `NCCL_IB_TIMEOUT` (ACK timeout exponent, 1..=31).
+    timeout: u8 = "NCCL_IB_TIMEOUT", 20, int(1, 31);
+    /// `NCCL_IB_RETRY_CNT` (0..=7).
+    retry_cnt: u8 = "NCCL_IB_RETRY_CNT", 7, int(0, 7);
+    /// `NCCL_IB_TC` (traffic class, 0..=255).
+    traffic_class: u8 = "NCCL_IB_TC", 0, int(0, 255);
+    /// `NCCL_IB_SL` (service level, 0..=15).
+    service_level: u8 = "NCCL_IB_SL", 0, int(0, 15);
+    /// `NCCL_IB_PKEY` (P_Key *index*).
+    pkey_index: u16 = "NCCL_IB_PKEY", 0, int(0, 65535);
+    /// `NCCL_IB_GID_INDEX` (-1 = automatic).
+    gid_index: i64 = "NCCL_IB_GID_INDEX", -1, int(-1, 65535);
+    /// `NCCL_IB_ROCE_VERSION_NUM`.
+    roce_version: u8 = "NCCL_IB_ROCE_VERSION_NUM", 2, int(1, 2);
+    /// `NCCL_IB_ADDR_FAMILY`.
+    addr_family: AddrFamily = "NCCL_IB_ADDR_FAMILY", AddrFamily::V4, addr_family;
+    /// `NCCL_IB_ADDR_RANGE` (CIDR).
+    addr_range: Option<(IpAddr, u8)> = "NCCL_IB_ADDR_RANGE", None, cidr, or "no range";
     /// `NCCL_IB_MERGE_NICS`: whether `makeVDevice` may fuse devices into a virtual NIC.
-    pub merge_nics: bool,
+    merge_nics: bool = "NCCL_IB_MERGE_NICS", true, flag;
     /// `NCCL_IB_RETURN_ASYNC_EVENTS`: whether a fatal asynchronous event (a port down, a QP or
     /// CQ error, a device error) fails the comms it affects; 0 only logs it.
-    pub return_async_events: bool,
-    /// `NCCL_IB_TIMEOUT` (ACK timeout exponent, 1..=31).
-    pub timeout: u8,
-    /// `NCCL_IB_RETRY_CNT` (0..=7).
-    pub retry_cnt: u8,
-    /// `NCCL_IB_TC` (traffic class, 0..=255).
-    pub traffic_class: u8,
-    /// `NCCL_IB_SL` (service level, 0..=15).
-    pub service_level: u8,
-    /// `NCCL_IB_PKEY` (P_Key *index*).
-    pub pkey_index: u16,
-    /// `NCCL_IB_HCA`.
-    pub hca: Option<HcaFilter>,
+    return_async_events: bool = "NCCL_IB_RETURN_ASYNC_EVENTS", true, flag;
     /// `NCCL_IB_PCI_RELAXED_ORDERING`: 0 off, 1 on, 2 on when libibverbs has `ibv_reg_mr_iova2`.
-    pub relaxed_ordering: u8,
+    relaxed_ordering: u8 = "NCCL_IB_PCI_RELAXED_ORDERING", 2, int(0, 2);
     /// `NCCL_GDR_FLUSH_DISABLE`.
-    pub gdr_flush_disable: bool,
+    gdr_flush_disable: bool = "NCCL_GDR_FLUSH_DISABLE", false, flag;
     /// `NCCL_IB_USE_INLINE`: clear-to-send writes of one entry go inline (`IBV_SEND_INLINE`;
     /// the QPs are created with room for one 64-byte entry), as NCCL's IB transport does.
-    pub use_inline: bool,
+    use_inline: bool = "NCCL_IB_USE_INLINE", false, flag;
+    /// `NCCL_DMABUF_ENABLE` (NCCL's meaning: any integer; 0 turns DMA-BUF registration off).
+    dmabuf_enable: bool = "NCCL_DMABUF_ENABLE", true, nonzero;
+    /// `FERRO_GDR_DISABLE`: 1 turns GPUDirect RDMA off entirely (DMA-BUF and nvidia-peermem),
+    /// so NCCL stages through host memory.
+    gdr_disable: bool = "FERRO_GDR_DISABLE", false, flag;
     /// `FERRO_FLUSH_HOST`: also flush receives into host memory (diagnostics and tests of the
     /// flush path on NICs without GPUDirect RDMA).
-    pub flush_host: bool,
-    /// `FERRO_GID_INDEX`: per-device GID indexes, overriding `NCCL_IB_GID_INDEX`.
-    pub gid_overrides: Vec<GidOverride>,
+    flush_host: bool = "FERRO_FLUSH_HOST", false, flag;
     /// `FERRO_STALL_WARN_S`: seconds without progress before a comm with work outstanding
     /// logs a stall warning (then again at doubling intervals); 0 disables.
-    pub stall_warn_s: u32,
+    stall_warn_s: u32 = "FERRO_STALL_WARN_S", 60, int(0, 86_400);
+    /// `NCCL_IB_HCA`.
+    hca: Option<HcaFilter> = "NCCL_IB_HCA", None, hca, or "every device";
+    /// `FERRO_GID_INDEX`: per-device GID indexes, overriding `NCCL_IB_GID_INDEX`.
+    gid_overrides: Vec<GidOverride> = "FERRO_GID_INDEX", Vec::new(), gid_overrides,
+        or "no per-device override";
+}
+
+/// A rejected setting: `NCCL_IB_GID_INDEX="abc" is not an integer; using the default -1`.
+pub type Warning = String;
+
+/// How a value appears in the summary (and as the default in a warning).
+trait Show {
+    fn show(&self) -> String;
+}
+
+macro_rules! show_display {
+    ($($t:ty),*) => { $(impl Show for $t { fn show(&self) -> String { self.to_string() } })* };
+}
+show_display!(u8, u16, u32, i64);
+
+impl Show for bool {
+    fn show(&self) -> String {
+        u8::from(*self).to_string()
+    }
+}
+
+impl Show for AddrFamily {
+    fn show(&self) -> String {
+        match self {
+            AddrFamily::V4 => "AF_INET",
+            AddrFamily::V6 => "AF_INET6",
+        }
+        .to_string()
+    }
+}
+
+impl Show for Option<(IpAddr, u8)> {
+    fn show(&self) -> String {
+        self.map_or("unset".to_string(), |(ip, p)| format!("{ip}/{p}"))
+    }
+}
+
+impl Show for Option<HcaFilter> {
+    fn show(&self) -> String {
+        self.as_ref().map_or("unset".to_string(), |h| h.raw.clone())
+    }
+}
+
+impl Show for Vec<GidOverride> {
+    fn show(&self) -> String {
+        if self.is_empty() {
+            return "unset".to_string();
+        }
+        self.iter()
+            .map(|o| match o.port {
+                Some(p) => format!("{}:{p}={}", o.dev, o.index),
+                None => format!("{}={}", o.dev, o.index),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Reads one variable: unset or empty is the default; a value the parser refuses is the default
+/// with a warning `NAME=<what is wrong>; using <fallback, or "the default <default>">`.
+fn read<T: Show>(
+    get: &dyn Fn(&str) -> Option<String>,
+    warnings: &mut Vec<Warning>,
+    name: &str,
+    default: T,
+    parse: impl Fn(&str) -> Result<T, String>,
+    fallback: Option<&str>,
+) -> T {
+    let Some(raw) = get(name) else { return default };
+    let text = raw.trim();
+    if text.is_empty() {
+        return default;
+    }
+    parse(text).unwrap_or_else(|e| {
+        let fallback =
+            fallback.map_or_else(|| format!("the default {}", default.show()), str::to_string);
+        warnings.push(format!("{name}={e}; using {fallback}"));
+        default
+    })
+}
+
+/// An integer in `min..=max`.
+fn int<T: TryFrom<i64>>(min: i64, max: i64) -> impl Fn(&str) -> Result<T, String> {
+    move |text| match text.parse::<i64>() {
+        Ok(v) if (min..=max).contains(&v) => {
+            T::try_from(v).map_err(|_| format!("{v} does not fit the setting's type"))
+        }
+        Ok(v) => Err(format!("{v} is outside {min}..={max}")),
+        Err(_) => Err(format!("{text:?} is not an integer")),
+    }
+}
+
+/// 0 or 1.
+fn flag(text: &str) -> Result<bool, String> {
+    int::<u8>(0, 1)(text).map(|v| v == 1)
+}
+
+/// Any integer; true unless 0.
+fn nonzero(text: &str) -> Result<bool, String> {
+    int::<i64>(i64::MIN, i64::MAX)(text).map(|v| v != 0)
+}
+
+fn addr_family(text: &str) -> Result<AddrFamily, String> {
+    match text {
+        "AF_INET" => Ok(AddrFamily::V4),
+        "AF_INET6" => Ok(AddrFamily::V6),
+        other => Err(format!("{other:?} is neither AF_INET nor AF_INET6")),
+    }
+}
+
+fn cidr(text: &str) -> Result<Option<(IpAddr, u8)>, String> {
+    ferro_verbs::gid::parse_cidr(text)
+        .map(Some)
+        .map_err(|e| format!("{text:?} is not a CIDR range ({e})"))
+}
+
+fn hca(text: &str) -> Result<Option<HcaFilter>, String> {
+    HcaFilter::parse(text)
+        .map(Some)
+        .map_err(|e| format!("{text:?} is invalid ({e})"))
+}
+
+fn gid_overrides(text: &str) -> Result<Vec<GidOverride>, String> {
+    parse_gid_overrides(text).map_err(|e| format!("{text:?} is invalid ({e})"))
 }
 
 /// `NCCL_IB_HCA`: `[^][=]name[:port][,name[:port]...]`. Names are prefixes unless `=` is given;
@@ -166,165 +344,7 @@ pub fn parse_gid_overrides(raw: &str) -> Result<Vec<GidOverride>, String> {
     Ok(out)
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            gid_index: -1,
-            addr_family: AddrFamily::V4,
-            addr_range: None,
-            roce_version: 2,
-            disable: false,
-            qps_per_connection: 1,
-            split_data_on_qps: false,
-            merge_nics: true,
-            return_async_events: true,
-            timeout: 20,
-            retry_cnt: 7,
-            traffic_class: 0,
-            service_level: 0,
-            pkey_index: 0,
-            hca: None,
-            relaxed_ordering: 2,
-            gdr_flush_disable: false,
-            use_inline: false,
-            flush_host: false,
-            gid_overrides: Vec::new(),
-            stall_warn_s: 60,
-        }
-    }
-}
-
-/// A rejected setting: `"NCCL_IB_GID_INDEX=abc is not an integer; using the default -1"`.
-pub type Warning = String;
-
-fn int_in(
-    get: &dyn Fn(&str) -> Option<String>,
-    warnings: &mut Vec<Warning>,
-    name: &str,
-    default: i64,
-    min: i64,
-    max: i64,
-) -> i64 {
-    let Some(raw) = get(name) else { return default };
-    let text = raw.trim();
-    if text.is_empty() {
-        return default;
-    }
-    match text.parse::<i64>() {
-        Ok(v) if (min..=max).contains(&v) => v,
-        Ok(v) => {
-            warnings.push(format!(
-                "{name}={v} is outside {min}..={max}; using the default {default}"
-            ));
-            default
-        }
-        Err(_) => {
-            warnings.push(format!(
-                "{name}={raw:?} is not an integer; using the default {default}"
-            ));
-            default
-        }
-    }
-}
-
 impl Config {
-    /// Reads the configuration through `get` (the environment in production).
-    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> (Config, Vec<Warning>) {
-        let mut w = Vec::new();
-        let d = Config::default();
-        let gid_index = int_in(get, &mut w, "NCCL_IB_GID_INDEX", d.gid_index, -1, 65535);
-        let roce_version = int_in(get, &mut w, "NCCL_IB_ROCE_VERSION_NUM", 2, 1, 2) as u8;
-        let disable = int_in(get, &mut w, "NCCL_IB_DISABLE", 0, 0, 1) == 1;
-        let qps_per_connection =
-            int_in(get, &mut w, "NCCL_IB_QPS_PER_CONNECTION", 1, 1, 128) as u16;
-        let split_data_on_qps = int_in(get, &mut w, "NCCL_IB_SPLIT_DATA_ON_QPS", 0, 0, 1) == 1;
-        let merge_nics = int_in(get, &mut w, "NCCL_IB_MERGE_NICS", 1, 0, 1) == 1;
-        let return_async_events = int_in(get, &mut w, "NCCL_IB_RETURN_ASYNC_EVENTS", 1, 0, 1) == 1;
-        let timeout = int_in(get, &mut w, "NCCL_IB_TIMEOUT", i64::from(d.timeout), 1, 31) as u8;
-        let retry_cnt = int_in(
-            get,
-            &mut w,
-            "NCCL_IB_RETRY_CNT",
-            i64::from(d.retry_cnt),
-            0,
-            7,
-        ) as u8;
-        let traffic_class = int_in(get, &mut w, "NCCL_IB_TC", 0, 0, 255) as u8;
-        let service_level = int_in(get, &mut w, "NCCL_IB_SL", 0, 0, 15) as u8;
-        let pkey_index = int_in(get, &mut w, "NCCL_IB_PKEY", 0, 0, 65535) as u16;
-        let addr_family = match get("NCCL_IB_ADDR_FAMILY").as_deref().map(str::trim) {
-            None | Some("") => d.addr_family,
-            Some("AF_INET") => AddrFamily::V4,
-            Some("AF_INET6") => AddrFamily::V6,
-            Some(other) => {
-                w.push(format!("NCCL_IB_ADDR_FAMILY={other:?} is neither AF_INET nor AF_INET6; using the default AF_INET"));
-                d.addr_family
-            }
-        };
-        let addr_range = match get("NCCL_IB_ADDR_RANGE").as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(text) => match ferro_verbs::gid::parse_cidr(text) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    w.push(format!(
-                        "NCCL_IB_ADDR_RANGE={text:?} is not a CIDR range ({e}); using no range"
-                    ));
-                    None
-                }
-            },
-        };
-        let hca = match get("NCCL_IB_HCA").as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(text) => match HcaFilter::parse(text) {
-                Ok(f) => Some(f),
-                Err(e) => {
-                    w.push(format!(
-                        "NCCL_IB_HCA={text:?} is invalid ({e}); using every device"
-                    ));
-                    None
-                }
-            },
-        };
-        let gid_overrides = match get("FERRO_GID_INDEX").as_deref().map(str::trim) {
-            None | Some("") => Vec::new(),
-            Some(text) => parse_gid_overrides(text).unwrap_or_else(|e| {
-                w.push(format!(
-                    "FERRO_GID_INDEX={text:?} is invalid ({e}); using no per-device override"
-                ));
-                Vec::new()
-            }),
-        };
-        let relaxed_ordering = int_in(get, &mut w, "NCCL_IB_PCI_RELAXED_ORDERING", 2, 0, 2) as u8;
-        let gdr_flush_disable = int_in(get, &mut w, "NCCL_GDR_FLUSH_DISABLE", 0, 0, 1) == 1;
-        let use_inline = int_in(get, &mut w, "NCCL_IB_USE_INLINE", 0, 0, 1) == 1;
-        let flush_host = int_in(get, &mut w, "FERRO_FLUSH_HOST", 0, 0, 1) == 1;
-        let stall_warn_s = int_in(get, &mut w, "FERRO_STALL_WARN_S", 60, 0, 86_400) as u32;
-        let cfg = Config {
-            stall_warn_s,
-            relaxed_ordering,
-            gdr_flush_disable,
-            use_inline,
-            flush_host,
-            hca,
-            gid_overrides,
-            gid_index,
-            addr_family,
-            addr_range,
-            roce_version,
-            disable,
-            qps_per_connection,
-            split_data_on_qps,
-            merge_nics,
-            return_async_events,
-            timeout,
-            retry_cnt,
-            traffic_class,
-            service_level,
-            pkey_index,
-        };
-        (cfg, w)
-    }
-
     /// Reads the process environment.
     pub fn from_env() -> (Config, Vec<Warning>) {
         Self::from_lookup(&|k| std::env::var(k).ok())
@@ -362,54 +382,6 @@ impl Config {
             });
         }
         p
-    }
-
-    /// One line with every effective value, for the INFO log and the doctor.
-    pub fn summary(&self) -> String {
-        let range = self
-            .addr_range
-            .map_or("unset".to_string(), |(ip, p)| format!("{ip}/{p}"));
-        format!(
-            "NCCL_IB_DISABLE={} NCCL_IB_QPS_PER_CONNECTION={} NCCL_IB_SPLIT_DATA_ON_QPS={} NCCL_IB_TIMEOUT={} NCCL_IB_RETRY_CNT={} NCCL_IB_TC={} NCCL_IB_SL={} NCCL_IB_PKEY={} NCCL_IB_GID_INDEX={} NCCL_IB_ADDR_FAMILY={} NCCL_IB_ADDR_RANGE={} NCCL_IB_ROCE_VERSION_NUM={}",
-            u8::from(self.disable),
-            self.qps_per_connection,
-            u8::from(self.split_data_on_qps),
-            self.timeout,
-            self.retry_cnt,
-            self.traffic_class,
-            self.service_level,
-            self.pkey_index,
-            self.gid_index,
-            if self.addr_family == AddrFamily::V4 {
-                "AF_INET"
-            } else {
-                "AF_INET6"
-            },
-            range,
-            self.roce_version
-        ) + &format!(
-            " NCCL_IB_MERGE_NICS={} NCCL_IB_RETURN_ASYNC_EVENTS={} NCCL_IB_PCI_RELAXED_ORDERING={} NCCL_GDR_FLUSH_DISABLE={} NCCL_IB_USE_INLINE={} FERRO_FLUSH_HOST={} FERRO_STALL_WARN_S={} NCCL_IB_HCA={} FERRO_GID_INDEX={}",
-            u8::from(self.merge_nics),
-            u8::from(self.return_async_events),
-            self.relaxed_ordering,
-            u8::from(self.gdr_flush_disable),
-            u8::from(self.use_inline),
-            u8::from(self.flush_host),
-            self.stall_warn_s,
-            self.hca.as_ref().map_or("unset", |h| h.raw.as_str()),
-            if self.gid_overrides.is_empty() {
-                "unset".to_string()
-            } else {
-                self.gid_overrides
-                    .iter()
-                    .map(|o| match o.port {
-                        Some(p) => format!("{}:{p}={}", o.dev, o.index),
-                        None => format!("{}={}", o.dev, o.index),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(",")
-            }
-        )
     }
 }
 
@@ -559,6 +531,40 @@ mod tests {
         );
         assert!(w.iter().any(|x| x.contains("AF_UNIX")));
         assert!(w.iter().any(|x| x.contains("NCCL_IB_ADDR_RANGE")));
+    }
+
+    #[test]
+    fn dmabuf_enable_follows_nccl_and_gdr_disable_takes_0_or_1() {
+        let (c, w) = parse(&[("NCCL_DMABUF_ENABLE", " 0 "), ("FERRO_GDR_DISABLE", "1")]);
+        assert!(!c.dmabuf_enable && c.gdr_disable && w.is_empty(), "{w:?}");
+        // NCCL only tests for 0: any other integer leaves DMA-BUF on.
+        let (c, w) = parse(&[("NCCL_DMABUF_ENABLE", "2"), ("FERRO_GDR_DISABLE", "")]);
+        assert!(c.dmabuf_enable && !c.gdr_disable && w.is_empty(), "{w:?}");
+        let (c, w) = parse(&[("NCCL_DMABUF_ENABLE", "yes"), ("FERRO_GDR_DISABLE", "2")]);
+        assert!(c.dmabuf_enable && !c.gdr_disable);
+        assert_eq!(
+            w,
+            vec![
+                "NCCL_DMABUF_ENABLE=\"yes\" is not an integer; using the default 1".to_string(),
+                "FERRO_GDR_DISABLE=2 is outside 0..=1; using the default 0".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_variable_is_in_the_summary_once_with_its_default() {
+        let s = Config::default().summary();
+        for v in VARIABLES {
+            assert_eq!(s.matches(&format!("{v}=")).count(), 1, "{v} in {s}");
+        }
+        assert!(
+            s.starts_with("NCCL_IB_DISABLE=0 NCCL_IB_QPS_PER_CONNECTION=1 "),
+            "{s}"
+        );
+        assert!(
+            s.contains(" NCCL_IB_HCA=unset FERRO_GID_INDEX=unset"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -123,8 +123,6 @@ pub struct DeviceReport {
     pub pd: Option<Arc<Pd>>,
     /// GPUDirect RDMA: which GPU-memory registration paths work, and why (not).
     pub gdr: Option<GdrDecision>,
-    /// Warnings about the GPUDirect overrides (`NCCL_DMABUF_ENABLE`, `FERRO_GDR_DISABLE`).
-    pub gdr_warnings: Vec<String>,
     pub error: Option<String>,
 }
 
@@ -284,7 +282,6 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
             ctx: None,
             pd: None,
             gdr: None,
-            gdr_warnings: Vec::new(),
             error: None,
         };
         let ctx = match Context::open(&name) {
@@ -325,8 +322,11 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
                     has_dmabuf_sym,
                     probe,
                     cuda.clone().unwrap_or(CudaState::NoDevice),
+                    ferro_dmabuf::Overrides {
+                        dmabuf_enable: cfg.dmabuf_enable,
+                        gdr_disable: cfg.gdr_disable,
+                    },
                 );
-                rep.gdr_warnings = inputs.overrides.warnings.clone();
                 rep.gdr = Some(decide(&name, &inputs));
                 rep.pd = Some(pd);
             }

@@ -193,9 +193,6 @@ fn build() -> std::result::Result<Plugin, Error> {
         let (Some(ctx), Some(pd), Some(gdr)) = (&d.ctx, &d.pd, &d.gdr) else {
             continue;
         };
-        for w in &d.gdr_warnings {
-            warn!(INIT | ENV, "{w}");
-        }
         if d.ports.iter().any(|p| p.verdict.is_usable()) {
             info!(INIT | NET, "{}", gdr.summary);
         }
