@@ -121,13 +121,8 @@ impl CommHealth {
     }
 
     /// Counts a call that waits (an unfinished `test`, a retried call); `true` when the comm
-    /// should look at the peer, the device and the clock.
-    pub fn tick_waiting(&mut self) -> bool {
-        self.liveness.tick()
-    }
-
-    /// Counts a call that waits; `true` when a look is due: every [`LIVENESS_EVERY`] such
-    /// calls, and never once the comm failed (its failure is final).
+    /// should look at the peer, the device and the clock: every [`LIVENESS_EVERY`] such calls,
+    /// and never once the comm failed (its failure is final, and no longer counted).
     pub fn look_due(&mut self) -> bool {
         !self.error.is_failed() && self.liveness.tick()
     }
