@@ -399,6 +399,19 @@ impl Comm {
         self.execute(core, v, &mut |c| self.poll(c, &mut on_wc));
     }
 
+    /// A post or poll that libibverbs refused (`what`: its error): the fault policy's verdict
+    /// executed on the comm (today its sticky failure), and the failure in force as the
+    /// call's error.
+    pub(super) fn refused<C: CoreOps>(&self, core: &mut C, what: &dyn std::fmt::Display) -> Error {
+        let comm = self.describe();
+        self.execute(core, verdict::refused(&comm, what), &mut |_| {});
+        match core.health().failure() {
+            Some(f) => failure_error(f.clone()),
+            // The comm goes on, but this call's post was refused all the same.
+            None => Error::System(format!("{comm}: {what}")),
+        }
+    }
+
     /// Executes a verdict of the fault policy on this comm. `poll_once_more` drains the CQs
     /// before a [`Verdict::PollThenFail`] fails the comm, so work that completed before the
     /// fault still counts; the failure then says what was still pending.

@@ -11,7 +11,6 @@ use crate::plugin;
 use ferro_proto::MAX_RECVS;
 use ferro_proto::comm::recv::{RecvBuf, RecvCore, RecvStep};
 use ferro_proto::fifo::{self, ENTRY_SIZE};
-use ferro_proto::health::verdict;
 use ferro_verbs::sys::*;
 use std::sync::atomic::{Ordering, fence};
 
@@ -68,16 +67,9 @@ impl Comm {
         Ok(Some(self.req_ptr(post.req)))
     }
 
-    /// A refused post: the fault policy's verdict executed on the comm (today the comm's sticky
-    /// failure), and the failure in force returned as the call's error.
+    /// A refused post: the comm's failure ([`Comm::refused`]), returned as the call's error.
     fn fail(&self, core: &mut RecvCore, e: ferro_verbs::Error) -> Error {
-        let comm = self.describe();
-        self.execute(core, verdict::refused(&comm, &e), &mut |_| {});
-        match core.health.failure() {
-            Some(f) => super::comm::failure_error(f.clone()),
-            // The comm goes on, but this call's post was refused all the same.
-            None => Error::System(format!("{comm}: {e}")),
-        }
+        self.refused(core, &e)
     }
 
     /// `iflush`: makes received data visible to the GPU by reading one byte of the last non-empty
