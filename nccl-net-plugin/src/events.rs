@@ -4,29 +4,23 @@
 //!
 //! No thread reads them: each device's event file descriptor is made non-blocking, and the
 //! comms drain it during their periodic look (every so many waiting calls, see
-//! `ferro_proto::comm::LIVENESS_EVERY`), which NCCL's progress thread makes continuously while
+//! `ferro_proto::health::LIVENESS_EVERY`), which NCCL's progress thread makes continuously while
 //! it waits. So nothing can outlive an unloading `dlclose` or keep the process alive, and a
 //! comm that waits learns of a failure within milliseconds. The cost is one `read` on an empty
 //! non-blocking descriptor per look.
+//!
+//! This module only reads the descriptor, turns each event into a typed fact and logs it; what
+//! an event means for the device's comms (the record of ports down, bad QPs and CQs, a fatal
+//! error, and the verdict for one comm) is the fault policy's `ferro_proto::health::DeviceHealth`.
 
 use crate::{info, warn};
 use ferro_ffi::log_flags::{INIT, NET};
+use ferro_proto::health::device::Level;
+use ferro_proto::health::facts::QpError;
+use ferro_proto::health::{DeviceEvent, DeviceFault, DeviceHealth};
 use ferro_verbs::sys::*;
-use ferro_verbs::{Context, EventTarget};
-use std::collections::HashMap;
+use ferro_verbs::{AsyncEvent, Context, EventTarget};
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// What the events of one device said so far.
-#[derive(Debug, Default)]
-struct Health {
-    /// Ports whose last event was `IBV_EVENT_PORT_ERR`.
-    ports_down: Vec<u8>,
-    /// The fatal device error, if one came.
-    fatal: bool,
-    /// QPs (by number) and CQs (by address) with an error event, with its name.
-    bad_qps: HashMap<u32, &'static str>,
-    bad_cqs: HashMap<usize, &'static str>,
-}
 
 /// One device's event reader and what it learned.
 #[derive(Debug)]
@@ -35,7 +29,8 @@ pub struct DeviceEvents {
     /// Events can only be read without blocking once the descriptor is non-blocking; if that
     /// failed, they are not read at all (a WARN says so once).
     readable: bool,
-    health: Mutex<Health>,
+    /// What the events said so far (the fault policy's record of the device).
+    health: Mutex<DeviceHealth>,
 }
 
 /// The event reader of `ctx`'s device (one per device, shared by its ports and comms).
@@ -62,67 +57,59 @@ pub fn of(ctx: &Arc<Context>) -> Arc<DeviceEvents> {
     let e = Arc::new(DeviceEvents {
         ctx: ctx.clone(),
         readable,
-        health: Mutex::new(Health::default()),
+        health: Mutex::new(DeviceHealth::new(ctx.name())),
     });
     all.push(e.clone());
     e
 }
 
+/// An event as the fault policy sees it. An event whose target does not fit its kind (never
+/// seen) is only said, as any other event.
+fn typed(ev: &AsyncEvent) -> DeviceEvent {
+    match (ev.kind, ev.target) {
+        (IBV_EVENT_PORT_ERR, EventTarget::Port(port)) => DeviceEvent::PortDown { port },
+        (IBV_EVENT_PORT_ACTIVE, EventTarget::Port(port)) => DeviceEvent::PortActive { port },
+        (IBV_EVENT_DEVICE_FATAL, _) => DeviceEvent::DeviceFatal,
+        (IBV_EVENT_QP_FATAL, EventTarget::Qp(qpn)) => DeviceEvent::QpError {
+            qpn,
+            error: QpError::Fatal,
+        },
+        (IBV_EVENT_QP_REQ_ERR, EventTarget::Qp(qpn)) => DeviceEvent::QpError {
+            qpn,
+            error: QpError::RequestError,
+        },
+        (IBV_EVENT_QP_ACCESS_ERR, EventTarget::Qp(qpn)) => DeviceEvent::QpError {
+            qpn,
+            error: QpError::AccessError,
+        },
+        (IBV_EVENT_CQ_ERR, EventTarget::Cq(cq)) => DeviceEvent::CqError { cq },
+        _ => DeviceEvent::Other { name: ev.name() },
+    }
+}
+
 impl DeviceEvents {
-    /// Reads every pending event, logs it and remembers what it means for comms.
-    fn drain(&self, h: &mut Health) {
+    /// Reads every pending event, logs it and records what it means for comms.
+    fn drain(&self, h: &mut DeviceHealth) {
         if !self.readable {
             return;
         }
-        let dev = self.ctx.name();
         loop {
             let ev = match self.ctx.next_async_event() {
                 Ok(Some(ev)) => ev,
                 Ok(None) => return,
                 Err(e) => {
-                    warn!(NET, "{dev}: reading asynchronous events failed: {e}");
+                    warn!(
+                        NET,
+                        "{}: reading asynchronous events failed: {e}",
+                        self.ctx.name()
+                    );
                     return;
                 }
             };
-            match (ev.kind, ev.target) {
-                (IBV_EVENT_PORT_ERR, EventTarget::Port(p)) => {
-                    if !h.ports_down.contains(&p) {
-                        h.ports_down.push(p);
-                    }
-                    warn!(
-                        NET,
-                        "{dev} port {p}: {}: the port went down (link lost: check the cable, the switch port or the netdev); comms on it fail",
-                        ev.name()
-                    );
-                }
-                (IBV_EVENT_PORT_ACTIVE, EventTarget::Port(p)) => {
-                    h.ports_down.retain(|&d| d != p);
-                    info!(
-                        NET,
-                        "{dev} port {p}: {}: the port is active again; new connections can use it",
-                        ev.name()
-                    );
-                }
-                (IBV_EVENT_DEVICE_FATAL, _) => {
-                    h.fatal = true;
-                    warn!(
-                        NET,
-                        "{dev}: {}: the device failed; every comm on it fails",
-                        ev.name()
-                    );
-                }
-                (
-                    IBV_EVENT_QP_FATAL | IBV_EVENT_QP_REQ_ERR | IBV_EVENT_QP_ACCESS_ERR,
-                    EventTarget::Qp(qpn),
-                ) => {
-                    h.bad_qps.insert(qpn, ev.name());
-                    warn!(NET, "{dev}: {} on QP {qpn}", ev.name());
-                }
-                (IBV_EVENT_CQ_ERR, EventTarget::Cq(cq)) => {
-                    h.bad_cqs.insert(cq, ev.name());
-                    warn!(NET, "{dev}: {} on CQ {cq:#x}", ev.name());
-                }
-                _ => info!(NET, "{dev}: asynchronous event {}", ev.name()),
+            let log = h.apply(typed(&ev));
+            match log.level {
+                Level::Warn => warn!(NET, "{}", log.message),
+                Level::Info => info!(NET, "{}", log.message),
             }
         }
     }
@@ -135,25 +122,85 @@ impl DeviceEvents {
     }
 
     /// Reads pending events, then says why a comm on `port` whose QPs are those for which
-    /// `uses_qp` is true, with the CQ at `cq`, cannot go on, if it cannot. Allocates nothing
-    /// unless it has something to say.
-    pub fn verdict(&self, port: u8, uses_qp: impl Fn(u32) -> bool, cq: usize) -> Option<String> {
+    /// `uses_qp` is true, with the CQ at `cq`, cannot go on, if it cannot
+    /// ([`DeviceHealth::verdict_for`]). Allocates nothing unless it has something to say.
+    pub fn verdict(
+        &self,
+        port: u8,
+        uses_qp: impl Fn(u32) -> bool,
+        cq: usize,
+    ) -> Option<DeviceFault> {
         let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
         self.drain(&mut h);
-        let dev = self.ctx.name();
-        if h.fatal {
-            return Some(format!(
-                "{dev}: the device reported a fatal error (IBV_EVENT_DEVICE_FATAL)"
-            ));
+        h.verdict_for(port, uses_qp, cq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: u32, target: EventTarget) -> DeviceEvent {
+        typed(&AsyncEvent { kind, target })
+    }
+
+    #[test]
+    fn each_event_the_policy_judges_becomes_its_typed_fact() {
+        assert_eq!(
+            ev(IBV_EVENT_PORT_ERR, EventTarget::Port(2)),
+            DeviceEvent::PortDown { port: 2 }
+        );
+        assert_eq!(
+            ev(IBV_EVENT_PORT_ACTIVE, EventTarget::Port(1)),
+            DeviceEvent::PortActive { port: 1 }
+        );
+        assert_eq!(
+            ev(IBV_EVENT_DEVICE_FATAL, EventTarget::Device),
+            DeviceEvent::DeviceFatal
+        );
+        assert_eq!(
+            ev(IBV_EVENT_QP_REQ_ERR, EventTarget::Qp(9)),
+            DeviceEvent::QpError {
+                qpn: 9,
+                error: QpError::RequestError
+            }
+        );
+        assert_eq!(
+            ev(IBV_EVENT_CQ_ERR, EventTarget::Cq(0x40)),
+            DeviceEvent::CqError { cq: 0x40 }
+        );
+    }
+
+    #[test]
+    fn an_event_with_a_target_that_does_not_fit_is_only_said() {
+        assert_eq!(
+            ev(IBV_EVENT_PORT_ERR, EventTarget::Other),
+            DeviceEvent::Other {
+                name: "IBV_EVENT_PORT_ERR"
+            }
+        );
+        assert_eq!(
+            ev(IBV_EVENT_GID_CHANGE, EventTarget::Port(1)),
+            DeviceEvent::Other {
+                name: "IBV_EVENT_GID_CHANGE"
+            }
+        );
+    }
+
+    #[test]
+    fn every_typed_event_is_named_as_libibverbs_names_it() {
+        for (kind, target) in [
+            (IBV_EVENT_PORT_ERR, EventTarget::Port(1)),
+            (IBV_EVENT_PORT_ACTIVE, EventTarget::Port(1)),
+            (IBV_EVENT_DEVICE_FATAL, EventTarget::Device),
+            (IBV_EVENT_QP_FATAL, EventTarget::Qp(1)),
+            (IBV_EVENT_QP_REQ_ERR, EventTarget::Qp(1)),
+            (IBV_EVENT_QP_ACCESS_ERR, EventTarget::Qp(1)),
+            (IBV_EVENT_CQ_ERR, EventTarget::Cq(1)),
+            (IBV_EVENT_LID_CHANGE, EventTarget::Port(1)),
+        ] {
+            let e = AsyncEvent { kind, target };
+            assert_eq!(typed(&e).name(), e.name());
         }
-        if h.ports_down.contains(&port) {
-            return Some(format!("{dev} port {port} went down (IBV_EVENT_PORT_ERR)"));
-        }
-        if let Some((qpn, what)) = h.bad_qps.iter().find(|(q, _)| uses_qp(**q)) {
-            return Some(format!("{dev}: {what} on QP {qpn}"));
-        }
-        h.bad_cqs
-            .get(&cq)
-            .map(|what| format!("{dev}: {what} on the comm's CQ"))
     }
 }

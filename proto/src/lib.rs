@@ -9,8 +9,12 @@
 //! - [`plan`]: how a matched group of sends becomes RDMA writes over one or several QPs, and
 //!   which QPs a group uses.
 //! - [`comm`]: the comm state machine: request table, send-group matching, in-flight
-//!   bookkeeping, completion handling, the `wr_id` encoding and the sticky error. The plugin's
+//!   bookkeeping, completion handling, the `wr_id` encoding and the counters. The plugin's
 //!   transport only executes the verbs work it names.
+//! - [`health`]: the fault policy: from facts the transport gathers (device events, the
+//!   out-of-band socket, failed completions, refused posts and polls, the time) to a verdict
+//!   (continue, warn of a stall, fail, or poll once more and then fail); the per-device event
+//!   record, the sticky error, the pacing of the periodic look and the stall watchdog.
 //!
 //! `docs/DESIGN.md` describes the protocol these modules implement.
 #![forbid(unsafe_code)]
@@ -18,6 +22,7 @@
 pub mod comm;
 pub mod fifo;
 pub mod handle;
+pub mod health;
 pub mod plan;
 pub mod wire;
 

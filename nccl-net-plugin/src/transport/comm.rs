@@ -3,7 +3,10 @@
 //! core (`ferro_proto::comm`) that decides everything, behind the comm's one mutex.
 //!
 //! `test` is shared by both sides: take the request if it is done, else drain the CQ into the
-//! core, take it again, and every so many unfinished calls look at the out-of-band socket.
+//! core, take it again, and every so many unfinished calls look at the device's events, the
+//! out-of-band socket and the clock. What those facts mean (continue, warn, fail, poll once more
+//! and then fail) is the fault policy's (`ferro_proto::health`); this module gathers the facts
+//! and executes its verdicts.
 
 use super::endpoint::{Endpoint, FlushQp, Rail, RegBuf};
 use super::handles::{ObjectKind, ReqHandle};
@@ -14,6 +17,7 @@ use ferro_proto::Keys;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::comm::{CommHealth, CoreError, Done, Failure, FailureKind};
+use ferro_proto::health::{FailedCompletion, Look, PeerGone, Socket, Verdict, verdict};
 use ferro_verbs::sys::*;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
@@ -174,11 +178,6 @@ macro_rules! core_ops {
 core_ops!(SendCore, "send");
 core_ops!(RecvCore, "receive");
 
-/// `NCCL_IB_RETURN_ASYNC_EVENTS` (1 when the plugin is not initialised).
-fn return_async_events() -> bool {
-    crate::plugin::get().is_ok_and(|p| p.config.return_async_events)
-}
-
 /// The time since the plugin first looked at the clock: the watchdog's time base.
 fn now() -> Duration {
     static START: OnceLock<Instant> = OnceLock::new();
@@ -333,8 +332,8 @@ impl Comm {
                 }
                 Ok(n) => n,
                 Err(e) => {
-                    core.health_mut()
-                        .fail(Failure::system(format!("{}: {e}", self.describe())));
+                    let v = verdict::refused(&self.describe(), &e);
+                    self.execute(core, v, &mut |_| {});
                     return;
                 }
             };
@@ -346,17 +345,18 @@ impl Comm {
                     crate::profiler::on_completion(self, wc);
                     on_wc(core, wc);
                 } else {
-                    core.health_mut().fail(Failure::remote(format!(
-                        "{}: work completion failed on {}:{}: {} (status {}, vendor error {:#x}, opcode {}, QP {})",
-                        self.describe(),
-                        rail.dev.ibdev,
-                        rail.dev.port,
-                        wc_status_name(wc.status),
-                        wc.status,
-                        wc.vendor_err,
-                        wc.opcode,
-                        wc.qp_num
-                    )));
+                    let failed = FailedCompletion {
+                        device: &rail.dev.ibdev,
+                        port: rail.dev.port,
+                        status: wc.status,
+                        status_name: wc_status_name(wc.status),
+                        vendor_err: wc.vendor_err,
+                        opcode: wc.opcode,
+                        qp_num: wc.qp_num,
+                    };
+                    let v = verdict::failed_completion(&self.describe(), &failed);
+                    // Inside a poll: the poll under way is the last one.
+                    self.execute(core, v, &mut |_| {});
                 }
             }
             if n < wcs.len() {
@@ -365,69 +365,84 @@ impl Comm {
         }
     }
 
-    /// Reads the out-of-band socket; a closed, reset or timed-out connection means the peer is
-    /// gone. The answer says how, with the likely cause.
-    fn peer_gone(&self) -> Option<String> {
+    /// Reads the out-of-band socket. Nothing is expected on it after the handshake: only its
+    /// end (closed, reset, timed out) is a fact.
+    fn socket(&self) -> Socket {
         let mut b = [0u8; 64];
         match (&self.sock).read(&mut b) {
-            Ok(0) => Some("closed the connection (process exited or was killed?)".to_string()),
-            Ok(_) => None, // nothing is expected after the handshake; ignore
+            Ok(0) => Socket::Gone(PeerGone::Closed),
+            Ok(_) => Socket::Quiet, // nothing is expected after the handshake; ignore
             Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
-                None
+                Socket::Quiet
             }
-            Err(e) if e.kind() == ErrorKind::TimedOut => Some(format!(
-                "stopped answering: the out-of-band connection timed out after unanswered keepalive probes ({e}; host down or network partitioned?)"
-            )),
-            Err(e) => Some(format!(
-                "connection error: {e} (process killed or host rebooted?)"
-            )),
+            Err(e) if e.kind() == ErrorKind::TimedOut => {
+                Socket::Gone(PeerGone::TimedOut(e.to_string()))
+            }
+            Err(e) => Socket::Gone(PeerGone::Error(e.to_string())),
         }
     }
 
     /// Called on every call that waits (an unfinished `test`, a retried `isend` or `irecv`):
-    /// every so many of them, look at the device's asynchronous events, the peer's out-of-band
-    /// connection and the clock (stall watchdog). A dead peer becomes the comm's sticky
-    /// failure after a last poll, so anything that completed before it left still counts.
-    pub(super) fn on_wait<C: CoreOps>(&self, core: &mut C, on_wc: impl FnMut(&mut C, &ibv_wc)) {
-        if core.health().failure().is_some() || !core.health_mut().tick_waiting() {
+    /// every so many of them, gather the facts (the device's asynchronous events, the peer's
+    /// out-of-band connection, the clock), ask the fault policy, and execute its verdict.
+    pub(super) fn on_wait<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+        if !core.health_mut().look_due() {
             return;
         }
         super::cts::flush_others(self);
-        // The events are read (and each logged) either way; with NCCL_IB_RETURN_ASYNC_EVENTS=0
-        // they do not fail the comm, as in NCCL's IB transport (the watchdog still says what
-        // the comm waits for if it stops making progress).
-        let verdict = self.ep.device_verdict();
-        if let Some(why) = verdict.filter(|_| return_async_events()) {
-            self.poll(core, on_wc);
-            let f = Failure::system(format!(
-                "{}: {why}; {}",
-                self.describe(),
-                core.describe_wait()
-            ));
-            core.health_mut().fail(f);
-            return;
+        // The events are read (and each logged) whatever the policy then makes of them.
+        let look = Look {
+            device: self.ep.device_verdict(),
+            socket: self.socket(),
+            now: now(),
+            waiting: core.is_waiting(),
+        };
+        let v = core.health_mut().decide(look);
+        self.execute(core, v, &mut |c| self.poll(c, &mut on_wc));
+    }
+
+    /// A post or poll that libibverbs refused (`what`: its error): the fault policy's verdict
+    /// executed on the comm (today its sticky failure), and the failure in force as the
+    /// call's error.
+    pub(super) fn refused<C: CoreOps>(&self, core: &mut C, what: &dyn std::fmt::Display) -> Error {
+        let comm = self.describe();
+        self.execute(core, verdict::refused(&comm, what), &mut |_| {});
+        match core.health().failure() {
+            Some(f) => failure_error(f.clone()),
+            // The comm goes on, but this call's post was refused all the same.
+            None => Error::System(format!("{comm}: {what}")),
         }
-        if let Some(why) = self.peer_gone() {
-            self.poll(core, on_wc);
-            let f = Failure::remote(format!(
-                "{}: peer {why} while requests were outstanding; {}",
-                self.describe(),
-                core.describe_wait()
-            ));
-            core.health_mut().fail(f);
-            return;
-        }
-        let waiting = core.is_waiting();
-        if let Some(stall) = core.health_mut().check_stall(now(), waiting) {
-            warn!(
+    }
+
+    /// Executes a verdict of the fault policy on this comm. `poll_once_more` drains the CQs
+    /// before a [`Verdict::PollThenFail`] fails the comm, so work that completed before the
+    /// fault still counts; the failure then says what was still pending.
+    pub(super) fn execute<C: CoreOps>(
+        &self,
+        core: &mut C,
+        verdict: Verdict,
+        poll_once_more: &mut dyn FnMut(&mut C),
+    ) {
+        match verdict {
+            Verdict::Continue => {}
+            Verdict::Warn(stall) => warn!(
                 NET,
-                "{}: {} comm made no progress for {} s: {}; {}",
-                self.describe(),
-                C::SIDE,
-                stall.idle.as_secs(),
-                core.describe_wait(),
-                core.health().counters.summary(C::SIDE == "send")
-            );
+                "{}",
+                stall.warning(
+                    &self.describe(),
+                    C::SIDE,
+                    &core.describe_wait(),
+                    &core.health().counters.summary(C::SIDE == "send"),
+                )
+            ),
+            Verdict::Fail(f) => {
+                core.health_mut().fail(f);
+            }
+            Verdict::PollThenFail(fault) => {
+                poll_once_more(core);
+                let f = fault.failure(&self.describe(), &core.describe_wait());
+                core.health_mut().fail(f);
+            }
         }
     }
 

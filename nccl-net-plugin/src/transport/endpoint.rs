@@ -8,6 +8,7 @@ use crate::events::{self, DeviceEvents};
 use crate::plugin::{self, NetDevice};
 use crate::vnic::VDevice;
 use ferro_proto::Keys;
+use ferro_proto::health::DeviceFault;
 use ferro_proto::plan::{self, QpLayout};
 use ferro_proto::wire::{DevMeta, QpMeta};
 use ferro_verbs::sys::*;
@@ -221,7 +222,7 @@ impl Endpoint {
 
     /// Why this endpoint cannot go on, from its member devices' asynchronous events (a port
     /// went down, one of its QPs or CQs failed, a device failed), if it cannot.
-    pub(super) fn device_verdict(&self) -> Option<String> {
+    pub(super) fn device_verdict(&self) -> Option<DeviceFault> {
         self.rails.iter().find_map(|r| {
             r.events
                 .verdict(
@@ -229,14 +230,11 @@ impl Endpoint {
                     |qpn| self.qps.iter().any(|q| q.qpn() == qpn),
                     r.cq.as_ptr() as usize,
                 )
-                .map(|why| {
+                .map(|fault| {
                     if self.vdev.is_virtual {
-                        format!(
-                            "member {}:{} of {}: {why}",
-                            r.dev.ibdev, r.dev.port, self.vdev.name
-                        )
+                        fault.of_member(&r.dev.ibdev, r.dev.port, &self.vdev.name)
                     } else {
-                        why
+                        fault
                     }
                 })
         })

@@ -15,6 +15,7 @@ use crate::plugin;
 use crate::vnic::{self, VDevice};
 use crate::{info, oob, warn};
 use ferro_ffi::log_flags::{INIT, NET};
+use ferro_proto::comm::CommHealth;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
@@ -136,11 +137,13 @@ struct Handshake {
     stage: Stage,
 }
 
-/// `FERRO_STALL_WARN_S` as a duration (zero: the watchdog is off).
-fn stall_threshold() -> Result<Duration> {
-    Ok(Duration::from_secs(u64::from(
-        plugin::get()?.config.stall_warn_s,
-    )))
+/// The fault policy's settings of a new comm: `FERRO_STALL_WARN_S` as its stall threshold (zero:
+/// the watchdog is off) and `NCCL_IB_RETURN_ASYNC_EVENTS` (whether device events fail it).
+fn configure_health(health: &mut CommHealth) -> Result<()> {
+    let config = &plugin::get()?.config;
+    health.set_stall_threshold(Duration::from_secs(u64::from(config.stall_warn_s)));
+    health.set_return_async_events(config.return_async_events);
+    Ok(())
 }
 
 fn io_err(what: &str, peer: SocketAddr, e: std::io::Error) -> Error {
@@ -225,7 +228,7 @@ impl Handshake {
                 }
                 let SenderSetup { ep, mem, .. } = setup;
                 let mut core = SendCore::new(ep.layout);
-                core.health.set_stall_threshold(stall_threshold()?);
+                configure_health(&mut core.health)?;
                 Step::Connected(Box::new(Ready {
                     ep,
                     side: Side::Sender {
@@ -265,7 +268,7 @@ impl Handshake {
                 Some(Msg::Ready) => {
                     let ReceiverSetup { ep, mem, flush } = setup;
                     let mut core = RecvCore::new(ep.layout);
-                    core.health.set_stall_threshold(stall_threshold()?);
+                    configure_health(&mut core.health)?;
                     Step::Connected(Box::new(Ready {
                         ep,
                         side: Side::Receiver {

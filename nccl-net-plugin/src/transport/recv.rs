@@ -9,7 +9,6 @@ use super::registration::{MemKind, MrHandle};
 use crate::error::{Error, Result};
 use crate::plugin;
 use ferro_proto::MAX_RECVS;
-use ferro_proto::comm::Failure;
 use ferro_proto::comm::recv::{RecvBuf, RecvCore, RecvStep};
 use ferro_proto::fifo::{self, ENTRY_SIZE};
 use ferro_verbs::sys::*;
@@ -68,12 +67,9 @@ impl Comm {
         Ok(Some(self.req_ptr(post.req)))
     }
 
-    /// A failed post: the comm's sticky failure, returned as the call's error.
+    /// A refused post: the comm's failure ([`Comm::refused`]), returned as the call's error.
     fn fail(&self, core: &mut RecvCore, e: ferro_verbs::Error) -> Error {
-        let f = core
-            .health
-            .fail(Failure::system(format!("{}: {e}", self.describe())));
-        super::comm::failure_error(f.clone())
+        self.refused(core, &e)
     }
 
     /// `iflush`: makes received data visible to the GPU by reading one byte of the last non-empty

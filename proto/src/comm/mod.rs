@@ -9,8 +9,11 @@
 //! - the receive side: group sequence numbers, what to post for a receive, how its immediates
 //!   add up to a finished request ([`recv`]);
 //! - the `wr_id` encoding that routes completions ([`wr_id`]);
-//! - the sticky error (once a comm failed, every later call reports the same failure), the
-//!   per-comm [`counters`] and the stall [`watchdog`], together in [`CommHealth`].
+//! - the per-comm [`counters`].
+//!
+//! Each core keeps a [`CommHealth`]: the sticky error, the stall watchdog and the counters. The
+//! fault policy it belongs to (when a comm fails, how, and what is said) is [`crate::health`];
+//! its types are re-exported here under the paths the rest of the code uses.
 //!
 //! Nothing here reads a clock or touches memory the NIC writes: the transport passes in what it
 //! read (FIFO entries, sizes) through small closures or values.
@@ -19,8 +22,12 @@ pub mod counters;
 pub mod recv;
 pub mod requests;
 pub mod send;
-pub mod watchdog;
 pub mod wr_id;
+
+pub use crate::health::watchdog;
+pub use crate::health::{
+    CommHealth, Failure, FailureKind, LIVENESS_EVERY, LivenessCounter, Sticky,
+};
 
 use crate::MAX_RECVS;
 use std::fmt;
@@ -44,46 +51,6 @@ impl Done {
         sizes: [0; MAX_RECVS],
         n: 0,
     };
-}
-
-/// Whose fault a comm failure is; the transport maps it to NCCL's result codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureKind {
-    /// The peer failed or misbehaved (a failed work completion, a dead connection).
-    Remote,
-    /// The system failed us (a post or poll refused by libibverbs).
-    System,
-    /// The caller broke the contract (a send larger than the posted receive).
-    Usage,
-}
-
-/// Why a comm stopped working. Sticky: kept by the core and reported by every later call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub kind: FailureKind,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn remote(message: impl Into<String>) -> Failure {
-        Failure {
-            kind: FailureKind::Remote,
-            message: message.into(),
-        }
-    }
-
-    pub fn system(message: impl Into<String>) -> Failure {
-        Failure {
-            kind: FailureKind::System,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
 }
 
 /// A call the core refuses (the comm stays usable unless the error is also made sticky).
@@ -115,138 +82,3 @@ impl fmt::Display for CoreError {
 }
 
 impl std::error::Error for CoreError {}
-
-/// The sticky error of one comm: the first failure wins and stays.
-#[derive(Debug, Default)]
-pub struct Sticky(Option<Failure>);
-
-impl Sticky {
-    /// Records `f` unless the comm already failed; returns the failure in force.
-    pub fn set(&mut self, f: Failure) -> &Failure {
-        self.0.get_or_insert(f)
-    }
-
-    pub fn get(&self) -> Option<&Failure> {
-        self.0.as_ref()
-    }
-
-    pub fn is_failed(&self) -> bool {
-        self.0.is_some()
-    }
-
-    /// `Err` with the failure in force, if any.
-    pub fn check(&self) -> Result<(), CoreError> {
-        match &self.0 {
-            Some(f) => Err(CoreError::Failed(f.clone())),
-            None => Ok(()),
-        }
-    }
-}
-
-/// What every comm keeps besides its side's state: the sticky error, the counter of waiting
-/// calls that paces the periodic look, the stall watchdog and the counters.
-#[derive(Debug)]
-pub struct CommHealth {
-    error: Sticky,
-    liveness: LivenessCounter,
-    watchdog: watchdog::Watchdog,
-    pub counters: counters::Counters,
-}
-
-impl Default for CommHealth {
-    fn default() -> Self {
-        CommHealth {
-            error: Sticky::default(),
-            liveness: LivenessCounter::default(),
-            watchdog: watchdog::Watchdog::new(std::time::Duration::ZERO),
-            counters: counters::Counters::default(),
-        }
-    }
-}
-
-impl CommHealth {
-    /// Records a failure; every later call reports the first one.
-    pub fn fail(&mut self, f: Failure) -> &Failure {
-        self.counters.errors += 1;
-        self.error.set(f)
-    }
-
-    pub fn failure(&self) -> Option<&Failure> {
-        self.error.get()
-    }
-
-    /// `Err` with the failure in force, if any.
-    pub fn check(&self) -> Result<(), CoreError> {
-        self.error.check()
-    }
-
-    /// Counts a call that waits (an unfinished `test`, a retried call); `true` when the comm
-    /// should look at the peer, the device and the clock.
-    pub fn tick_waiting(&mut self) -> bool {
-        self.liveness.tick()
-    }
-
-    /// Enables the stall watchdog: a stall is reported after `threshold` without progress.
-    pub fn set_stall_threshold(&mut self, threshold: std::time::Duration) {
-        self.watchdog = watchdog::Watchdog::new(threshold);
-    }
-
-    /// The watchdog's check at time `now` (read by the caller at its periodic look); `waiting`
-    /// says whether the comm has work outstanding. Progress is any new completion or request.
-    pub fn check_stall(
-        &mut self,
-        now: std::time::Duration,
-        waiting: bool,
-    ) -> Option<watchdog::Stall> {
-        let progress = self.counters.completions + self.counters.requests;
-        self.watchdog.check(now, progress, waiting)
-    }
-}
-
-/// How often a comm that waits looks at the world (the peer's out-of-band connection, the
-/// device's events, the clock for the stall watchdog): every this many calls that wait (an
-/// unfinished `test`, an `isend` or `irecv` answered with a retry). Counting calls rather than
-/// reading the clock keeps those calls cheap: clock reads are system calls on some virtual
-/// machines. NCCL's progress thread calls continuously while it waits, so this is frequent.
-pub const LIVENESS_EVERY: u32 = 256;
-
-/// Counts waiting calls and says when the comm should look at the world.
-#[derive(Debug, Default)]
-pub struct LivenessCounter(u32);
-
-impl LivenessCounter {
-    /// Call once per waiting call; `true` every [`LIVENESS_EVERY`] calls.
-    pub fn tick(&mut self) -> bool {
-        self.0 += 1;
-        if self.0 < LIVENESS_EVERY {
-            return false;
-        }
-        self.0 = 0;
-        true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_first_failure_sticks() {
-        let mut s = Sticky::default();
-        assert!(s.check().is_ok());
-        s.set(Failure::remote("peer gone"));
-        s.set(Failure::system("later"));
-        assert_eq!(s.get().map(|f| f.message.as_str()), Some("peer gone"));
-        assert_eq!(
-            s.check(),
-            Err(CoreError::Failed(Failure::remote("peer gone")))
-        );
-    }
-
-    #[test]
-    fn the_peer_is_checked_once_every_256_unfinished_tests() {
-        let mut c = LivenessCounter::default();
-        let fired: Vec<usize> = (1..=600).filter(|_| c.tick()).collect();
-        assert_eq!(fired.len(), 2);
-    }
-}

@@ -1,0 +1,171 @@
+//! The fault policy: when a comm fails, how, and what is said about it. Pure: the transport
+//! gathers **facts** ([`facts`]: device events, the out-of-band socket, failed work completions,
+//! refused posts and polls, the time, whether work is outstanding), asks here, and executes the
+//! **verdict** ([`Verdict`]: continue, warn, fail, or poll once more and then fail).
+//!
+//! It owns:
+//! - [`DeviceHealth`]: what one device's asynchronous events said so far (ports down, a fatal
+//!   error, QPs and CQs with an error), the log line each event is worth, and whether a comm on
+//!   the device can go on ([`device`]);
+//! - [`CommHealth`]: one comm's sticky error (the first failure wins, [`Sticky`]), the counter of
+//!   waiting calls that paces the periodic look ([`LivenessCounter`], every
+//!   [`LIVENESS_EVERY`] calls), the stall [`watchdog`], the comm's counters, its setting of
+//!   `NCCL_IB_RETURN_ASYNC_EVENTS`, and [`CommHealth::decide`]: the order of checks at a look;
+//! - the wording of every fault message and stall warning ([`verdict`]).
+//!
+//! Nothing here reads a clock, a socket or a device: the time is passed in.
+
+pub mod device;
+pub mod facts;
+pub mod verdict;
+pub mod watchdog;
+
+pub use device::{DeviceFault, DeviceHealth};
+pub use facts::{DeviceEvent, FailedCompletion, Look, PeerGone, Socket};
+pub use verdict::{Failure, FailureKind, Fault, Verdict};
+
+use crate::comm::CoreError;
+use crate::comm::counters::Counters;
+use std::time::Duration;
+
+/// The sticky error of one comm: the first failure wins and stays.
+#[derive(Debug, Default)]
+pub struct Sticky(Option<Failure>);
+
+impl Sticky {
+    /// Records `f` unless the comm already failed; returns the failure in force.
+    pub fn set(&mut self, f: Failure) -> &Failure {
+        self.0.get_or_insert(f)
+    }
+
+    pub fn get(&self) -> Option<&Failure> {
+        self.0.as_ref()
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// `Err` with the failure in force, if any.
+    pub fn check(&self) -> Result<(), CoreError> {
+        match &self.0 {
+            Some(f) => Err(CoreError::Failed(f.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How often a comm that waits looks at the world (the peer's out-of-band connection, the
+/// device's events, the clock for the stall watchdog): every this many calls that wait (an
+/// unfinished `test`, an `isend` or `irecv` answered with a retry). Counting calls rather than
+/// reading the clock keeps those calls cheap: clock reads are system calls on some virtual
+/// machines. NCCL's progress thread calls continuously while it waits, so this is frequent.
+pub const LIVENESS_EVERY: u32 = 256;
+
+/// Counts waiting calls and says when the comm should look at the world.
+#[derive(Debug, Default)]
+pub struct LivenessCounter(u32);
+
+impl LivenessCounter {
+    /// Call once per waiting call; `true` every [`LIVENESS_EVERY`] calls.
+    pub fn tick(&mut self) -> bool {
+        self.0 += 1;
+        if self.0 < LIVENESS_EVERY {
+            return false;
+        }
+        self.0 = 0;
+        true
+    }
+}
+
+/// What every comm keeps besides its side's state: the sticky error, the counter of waiting
+/// calls that paces the periodic look, the stall watchdog, the counters, and whether device
+/// events fail the comm.
+#[derive(Debug)]
+pub struct CommHealth {
+    error: Sticky,
+    liveness: LivenessCounter,
+    watchdog: watchdog::Watchdog,
+    /// `NCCL_IB_RETURN_ASYNC_EVENTS`: `true` (1, the default) when the device's events fail the
+    /// comms they affect; `false` (0) when they are only logged.
+    return_async_events: bool,
+    pub counters: Counters,
+}
+
+impl Default for CommHealth {
+    fn default() -> Self {
+        CommHealth {
+            error: Sticky::default(),
+            liveness: LivenessCounter::default(),
+            watchdog: watchdog::Watchdog::new(Duration::ZERO),
+            return_async_events: true,
+            counters: Counters::default(),
+        }
+    }
+}
+
+impl CommHealth {
+    /// Records a failure; every later call reports the first one.
+    pub fn fail(&mut self, f: Failure) -> &Failure {
+        self.counters.errors += 1;
+        self.error.set(f)
+    }
+
+    pub fn failure(&self) -> Option<&Failure> {
+        self.error.get()
+    }
+
+    /// `Err` with the failure in force, if any.
+    pub fn check(&self) -> Result<(), CoreError> {
+        self.error.check()
+    }
+
+    /// Counts a call that waits (an unfinished `test`, a retried call); `true` when the comm
+    /// should look at the peer, the device and the clock: every [`LIVENESS_EVERY`] such calls,
+    /// and never once the comm failed (its failure is final, and no longer counted).
+    pub fn look_due(&mut self) -> bool {
+        !self.error.is_failed() && self.liveness.tick()
+    }
+
+    /// Enables the stall watchdog: a stall is reported after `threshold` without progress.
+    pub fn set_stall_threshold(&mut self, threshold: Duration) {
+        self.watchdog = watchdog::Watchdog::new(threshold);
+    }
+
+    /// `NCCL_IB_RETURN_ASYNC_EVENTS` for this comm: `false` logs device events without failing
+    /// the comm (the stall watchdog still says what it waits for).
+    pub fn set_return_async_events(&mut self, fail_on_events: bool) {
+        self.return_async_events = fail_on_events;
+    }
+
+    /// The watchdog's check at time `now` (read by the caller at its periodic look); `waiting`
+    /// says whether the comm has work outstanding. Progress is any new completion or request.
+    pub fn check_stall(&mut self, now: Duration, waiting: bool) -> Option<watchdog::Stall> {
+        let progress = self.counters.completions + self.counters.requests;
+        self.watchdog.check(now, progress, waiting)
+    }
+
+    /// The verdict of one periodic look, in this order:
+    /// 1. a device fault (with `NCCL_IB_RETURN_ASYNC_EVENTS=1`; with 0 the events were only
+    ///    logged when they were read): poll once more, then fail (system);
+    /// 2. a dead peer (its out-of-band connection closed, reset or timed out): poll once more,
+    ///    then fail (remote);
+    /// 3. the stall watchdog: a WARN when the comm with work outstanding has made no progress
+    ///    for the threshold, then 2x, 4x ... as long;
+    /// 4. otherwise continue.
+    pub fn decide(&mut self, look: Look) -> Verdict {
+        if let Some(d) = look.device.filter(|_| self.return_async_events) {
+            return Verdict::PollThenFail(Fault::Device(d));
+        }
+        if let Socket::Gone(how) = look.socket {
+            return Verdict::PollThenFail(Fault::PeerGone(how));
+        }
+        match self.check_stall(look.now, look.waiting) {
+            Some(stall) => Verdict::Warn(stall),
+            None => Verdict::Continue,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,264 @@
+//! The fault policy's verdicts and their order, on hand-made facts.
+
+use super::device::{DeviceCause, Level};
+use super::verdict::{failed_completion, refused};
+use super::*;
+use crate::comm::CoreError;
+use std::time::Duration;
+
+const COMM: &str = "rxe0:1 peer 10.0.0.2:40000";
+const PENDING: &str = "a receive waits for the sender's data for receive #0";
+
+fn s(secs: u64) -> Duration {
+    Duration::from_secs(secs)
+}
+
+fn port_down() -> DeviceFault {
+    let mut d = DeviceHealth::new("rxe0");
+    d.apply(DeviceEvent::PortDown { port: 1 });
+    d.verdict_for(1, |_| false, 0).unwrap()
+}
+
+fn look(now: u64, device: Option<DeviceFault>, socket: Socket) -> Look {
+    Look {
+        now: s(now),
+        device,
+        socket,
+        waiting: true,
+    }
+}
+
+fn health(stall_s: u64) -> CommHealth {
+    let mut h = CommHealth::default();
+    h.set_stall_threshold(s(stall_s));
+    h
+}
+
+fn failure_of(v: Verdict) -> Failure {
+    match v {
+        Verdict::PollThenFail(fault) => fault.failure(COMM, PENDING),
+        Verdict::Fail(f) => f,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_first_failure_sticks() {
+    let mut s = Sticky::default();
+    assert!(s.check().is_ok());
+    s.set(Failure::remote("peer gone"));
+    s.set(Failure::system("later"));
+    assert_eq!(s.get().map(|f| f.message.as_str()), Some("peer gone"));
+    assert_eq!(
+        s.check(),
+        Err(CoreError::Failed(Failure::remote("peer gone")))
+    );
+}
+
+#[test]
+fn the_first_failure_of_a_comm_sticks_and_every_failure_is_counted() {
+    let mut h = CommHealth::default();
+    h.fail(Failure::remote("peer gone"));
+    let in_force = h.fail(Failure::system("port down")).clone();
+    assert_eq!(in_force, Failure::remote("peer gone"));
+    assert_eq!(h.failure(), Some(&Failure::remote("peer gone")));
+    assert_eq!(h.counters.errors, 2);
+}
+
+#[test]
+fn the_peer_is_checked_once_every_256_unfinished_tests() {
+    let mut c = LivenessCounter::default();
+    let fired: Vec<usize> = (1..=600).filter(|_| c.tick()).collect();
+    assert_eq!(fired.len(), 2);
+}
+
+#[test]
+fn a_look_is_due_every_256_waiting_calls_and_never_after_the_comm_failed() {
+    let mut h = CommHealth::default();
+    let due: Vec<u32> = (1..=600).filter(|_| h.look_due()).collect();
+    assert_eq!(due, [LIVENESS_EVERY, 2 * LIVENESS_EVERY]);
+    h.fail(Failure::remote("gone"));
+    assert!(!(0..1000).any(|_| h.look_due()));
+}
+
+#[test]
+fn a_quiet_comm_that_moves_continues() {
+    let mut h = health(60);
+    assert_eq!(h.decide(look(0, None, Socket::Quiet)), Verdict::Continue);
+    assert_eq!(h.decide(look(30, None, Socket::Quiet)), Verdict::Continue);
+}
+
+#[test]
+fn a_device_fault_comes_before_a_dead_peer_and_a_stall() {
+    let mut h = health(60);
+    assert_eq!(h.decide(look(0, None, Socket::Quiet)), Verdict::Continue);
+    let v = h.decide(look(100, Some(port_down()), Socket::Gone(PeerGone::Closed)));
+    assert_eq!(v, Verdict::PollThenFail(Fault::Device(port_down())));
+}
+
+#[test]
+fn a_dead_peer_comes_before_a_stall() {
+    let mut h = health(60);
+    assert_eq!(h.decide(look(0, None, Socket::Quiet)), Verdict::Continue);
+    let v = h.decide(look(100, None, Socket::Gone(PeerGone::Closed)));
+    assert_eq!(v, Verdict::PollThenFail(Fault::PeerGone(PeerGone::Closed)));
+}
+
+#[test]
+fn device_events_fail_the_comm_by_default() {
+    let mut h = CommHealth::default();
+    let v = h.decide(look(0, Some(port_down()), Socket::Quiet));
+    assert!(matches!(v, Verdict::PollThenFail(Fault::Device(_))));
+}
+
+#[test]
+fn with_return_async_events_0_a_device_fault_is_logged_not_failed() {
+    let mut d = DeviceHealth::new("rxe0");
+    let log = d.apply(DeviceEvent::PortDown { port: 1 });
+    assert_eq!(log.level, Level::Warn, "the event is still said");
+    let fault = d.verdict_for(1, |_| false, 0);
+    assert!(fault.is_some());
+
+    let mut h = health(60);
+    h.set_return_async_events(false);
+    assert_eq!(
+        h.decide(look(0, fault.clone(), Socket::Quiet)),
+        Verdict::Continue
+    );
+    // The other checks still run: the stall watchdog, then a dead peer.
+    assert!(matches!(
+        h.decide(look(60, fault.clone(), Socket::Quiet)),
+        Verdict::Warn(_)
+    ));
+    assert_eq!(
+        h.decide(look(61, fault, Socket::Gone(PeerGone::Closed))),
+        Verdict::PollThenFail(Fault::PeerGone(PeerGone::Closed))
+    );
+    assert!(h.failure().is_none(), "a verdict records nothing by itself");
+}
+
+#[test]
+fn a_device_fault_is_the_systems_failure_naming_the_comm_the_fault_and_what_was_pending() {
+    let f = failure_of(CommHealth::default().decide(look(0, Some(port_down()), Socket::Quiet)));
+    assert_eq!(f.kind, FailureKind::System);
+    assert_eq!(
+        f.message,
+        format!("{COMM}: rxe0 port 1 went down (IBV_EVENT_PORT_ERR); {PENDING}")
+    );
+}
+
+#[test]
+fn socket_eof_reset_and_keepalive_timeout_give_three_distinct_reasons() {
+    let reason = |how: PeerGone| {
+        let f = failure_of(CommHealth::default().decide(look(0, None, Socket::Gone(how))));
+        assert_eq!(f.kind, FailureKind::Remote);
+        f.message
+    };
+    let eof = reason(PeerGone::Closed);
+    let reset = reason(PeerGone::Error(
+        "Connection reset by peer (os error 104)".into(),
+    ));
+    let timeout = reason(PeerGone::TimedOut(
+        "Connection timed out (os error 110)".into(),
+    ));
+    assert_eq!(
+        eof,
+        format!(
+            "{COMM}: peer closed the connection (process exited or was killed?) while requests were outstanding; {PENDING}"
+        )
+    );
+    assert_eq!(
+        reset,
+        format!(
+            "{COMM}: peer connection error: Connection reset by peer (os error 104) (process killed or host rebooted?) while requests were outstanding; {PENDING}"
+        )
+    );
+    assert_eq!(
+        timeout,
+        format!(
+            "{COMM}: peer stopped answering: the out-of-band connection timed out after unanswered keepalive probes (Connection timed out (os error 110); host down or network partitioned?) while requests were outstanding; {PENDING}"
+        )
+    );
+}
+
+#[test]
+fn a_failed_completion_is_the_peers_failure() {
+    let wc = FailedCompletion {
+        device: "rxe0",
+        port: 1,
+        status: 12,
+        status_name: "IBV_WC_RETRY_EXC_ERR",
+        vendor_err: 0x81,
+        opcode: 1,
+        qp_num: 17,
+    };
+    let f = failure_of(failed_completion(COMM, &wc));
+    assert_eq!(f.kind, FailureKind::Remote);
+    assert_eq!(
+        f.message,
+        format!(
+            "{COMM}: work completion failed on rxe0:1: IBV_WC_RETRY_EXC_ERR (status 12, vendor error 0x81, opcode 1, QP 17)"
+        )
+    );
+}
+
+#[test]
+fn a_refused_post_or_poll_is_the_systems_failure() {
+    let f = failure_of(refused(COMM, &"ibv_post_send: Cannot allocate memory"));
+    assert_eq!(f.kind, FailureKind::System);
+    assert_eq!(
+        f.message,
+        format!("{COMM}: ibv_post_send: Cannot allocate memory")
+    );
+}
+
+#[test]
+fn a_stall_is_warned_at_1x_2x_and_4x_the_threshold() {
+    let mut h = health(60);
+    let mut warned = Vec::new();
+    for t in (0..=250).step_by(10) {
+        if let Verdict::Warn(stall) = h.decide(look(t, None, Socket::Quiet)) {
+            warned.push((t, stall.idle.as_secs(), stall.previous_warnings));
+        }
+    }
+    assert_eq!(warned, [(60, 60, 0), (120, 120, 1), (240, 240, 2)]);
+}
+
+#[test]
+fn progress_or_nothing_outstanding_is_no_stall() {
+    let mut h = health(60);
+    h.decide(look(0, None, Socket::Quiet));
+    h.counters.completions += 1;
+    assert_eq!(h.decide(look(60, None, Socket::Quiet)), Verdict::Continue);
+    let idle = Look {
+        waiting: false,
+        ..look(200, None, Socket::Quiet)
+    };
+    assert_eq!(h.decide(idle), Verdict::Continue);
+}
+
+#[test]
+fn the_stall_warning_says_how_long_what_the_comm_waits_for_and_its_counters() {
+    let mut h = health(1);
+    h.decide(look(0, None, Socket::Quiet));
+    let Verdict::Warn(stall) = h.decide(look(1, None, Socket::Quiet)) else {
+        panic!("no stall after the threshold");
+    };
+    assert_eq!(
+        stall.warning(COMM, "send", "a send waits", "sent 0 messages"),
+        format!("{COMM}: send comm made no progress for 1 s: a send waits; sent 0 messages")
+    );
+}
+
+#[test]
+fn a_fault_of_a_member_names_the_member_and_the_virtual_device() {
+    let f = port_down().of_member("rxe0", 1, "rxe0+rxe1");
+    assert_eq!(f.cause, DeviceCause::PortDown { port: 1 });
+    let failure = Fault::Device(f).failure(COMM, PENDING);
+    assert_eq!(
+        failure.message,
+        format!(
+            "{COMM}: member rxe0:1 of rxe0+rxe1: rxe0 port 1 went down (IBV_EVENT_PORT_ERR); {PENDING}"
+        )
+    );
+}

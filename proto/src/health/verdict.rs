@@ -1,0 +1,137 @@
+//! What the fault policy answers ([`Verdict`]), why a comm fails ([`Fault`], [`Failure`]), and
+//! the wording of every fault message and stall warning (operators and the guest tests read
+//! them).
+
+use super::device::DeviceFault;
+use super::facts::{FailedCompletion, PeerGone};
+use super::watchdog::Stall;
+use std::fmt;
+
+/// What the transport does about a comm, after a look or a fact met while polling or posting.
+/// A policy that recovers comms in place would add its answer here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing to do: keep waiting.
+    Continue,
+    /// The comm has made no progress for a while: log one WARN
+    /// ([`Stall::warning`]) and keep waiting.
+    Warn(Stall),
+    /// The comm fails now with this failure.
+    Fail(Failure),
+    /// The comm fails, but first drains its completion queues once more so that work that
+    /// completed before the fault still counts; then it fails with [`Fault::failure`], which
+    /// says what was still pending after that last poll.
+    PollThenFail(Fault),
+}
+
+/// Why a comm that was waiting cannot go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Its device's events say so (port down, QP or CQ error, fatal device error).
+    Device(DeviceFault),
+    /// The peer's out-of-band connection ended.
+    PeerGone(PeerGone),
+}
+
+impl Fault {
+    /// The comm's failure: `comm` names the comm (device and peer), `pending` what it was still
+    /// waiting for. A device fault is the system's ([`FailureKind::System`]), a dead peer the
+    /// peer's ([`FailureKind::Remote`]).
+    pub fn failure(&self, comm: &str, pending: &str) -> Failure {
+        match self {
+            Fault::Device(d) => Failure::system(format!("{comm}: {d}; {pending}")),
+            Fault::PeerGone(how) => Failure::remote(format!(
+                "{comm}: peer {} while requests were outstanding; {pending}",
+                PeerGoneReason(how)
+            )),
+        }
+    }
+}
+
+/// How a dead peer is said, with the likely cause.
+struct PeerGoneReason<'a>(&'a PeerGone);
+
+impl fmt::Display for PeerGoneReason<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            PeerGone::Closed => {
+                f.write_str("closed the connection (process exited or was killed?)")
+            }
+            PeerGone::TimedOut(e) => write!(
+                f,
+                "stopped answering: the out-of-band connection timed out after unanswered keepalive probes ({e}; host down or network partitioned?)"
+            ),
+            PeerGone::Error(e) => write!(
+                f,
+                "connection error: {e} (process killed or host rebooted?)"
+            ),
+        }
+    }
+}
+
+/// The verdict on a work completion with an error status: the peer's failure, at once (a
+/// failed completion is never retried; this is where a policy that recovers would decide
+/// otherwise).
+pub fn failed_completion(comm: &str, wc: &FailedCompletion<'_>) -> Verdict {
+    Verdict::Fail(Failure::remote(format!(
+        "{comm}: work completion failed on {}:{}: {} (status {}, vendor error {:#x}, opcode {}, QP {})",
+        wc.device, wc.port, wc.status_name, wc.status, wc.vendor_err, wc.opcode, wc.qp_num
+    )))
+}
+
+/// The verdict on a post or poll that libibverbs refused: the system's failure, at once. `what`
+/// is the refused operation's error, already saying what it was.
+pub fn refused(comm: &str, what: &dyn fmt::Display) -> Verdict {
+    Verdict::Fail(Failure::system(format!("{comm}: {what}")))
+}
+
+impl Stall {
+    /// The WARN for this stall of the `side` ("send" or "receive") comm `comm`, which waits
+    /// for `pending`, with its counters' `summary`.
+    pub fn warning(&self, comm: &str, side: &str, pending: &str, summary: &str) -> String {
+        format!(
+            "{comm}: {side} comm made no progress for {} s: {pending}; {summary}",
+            self.idle.as_secs()
+        )
+    }
+}
+
+/// Whose fault a comm failure is; the transport maps it to NCCL's result codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The peer failed or misbehaved (a failed work completion, a dead connection).
+    Remote,
+    /// The system failed us (a post or poll refused by libibverbs, a device event).
+    System,
+    /// The caller broke the contract (a send larger than the posted receive).
+    Usage,
+}
+
+/// Why a comm stopped working. Sticky: kept by the core and reported by every later call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn remote(message: impl Into<String>) -> Failure {
+        Failure {
+            kind: FailureKind::Remote,
+            message: message.into(),
+        }
+    }
+
+    pub fn system(message: impl Into<String>) -> Failure {
+        Failure {
+            kind: FailureKind::System,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
