@@ -9,7 +9,10 @@
 //!   `Qp → Pd + Cq`, `Cq → Context`), so destruction order is always child first, whatever order
 //!   the plugin's comms are closed in. `Drop` never panics: a failed destroy is reported through
 //!   the hook of [`live`] and the object is leaked.
-//! - [`hostbuf`]: plugin-owned host memory the NIC reads and writes.
+//! - [`wr`]: typed work-request chains (RDMA write, RDMA read, empty receive), posted by
+//!   [`Qp::post`] and [`Qp::post_recv_empty`]: the workspace's only raw work requests.
+//! - [`hostbuf`] and [`volatile`]: plugin-owned host memory, and bounds-checked volatile
+//!   access to it (the NIC writes it behind the program's back).
 //! - [`sysfs`]: device discovery from `/sys/class/infiniband` (GID table, netdev, PCI path), testable on a fake tree.
 //! - [`gid`]: GID index selection (explicit or automatic RoCE v2 / address-family choice).
 pub mod context;
@@ -25,6 +28,8 @@ pub mod pd;
 pub mod qp;
 pub mod sys;
 pub mod sysfs;
+pub mod volatile;
+pub mod wr;
 
 pub use context::{AsyncEvent, Context, EventTarget, device_names};
 pub use cq::Cq;
@@ -35,3 +40,5 @@ pub use loader::{LoadError, Verbs, verbs};
 pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{Qp, QpCaps};
+pub use volatile::VolatileRegion;
+pub use wr::{Fixed, RemoteAddr, SendChain, SendFlags, Sge};

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::live::{self, Kind, report_drop_error};
 use crate::pd::Pd;
 use crate::sys::*;
+use crate::wr::Sge;
 use core::ffi::{c_int, c_void};
 use core::ptr::NonNull;
 use std::sync::Arc;
@@ -102,6 +103,14 @@ impl Mr {
     }
     pub fn pd(&self) -> &Arc<Pd> {
         &self.pd
+    }
+
+    /// A scatter entry of `len` bytes at offset `off` of this registration; `None` when the
+    /// range is not inside it. Posting it is safe: the memory is registered for as long as this
+    /// `Mr` lives, and once it is dropped its key is dead, so a request still naming it fails
+    /// with a protection error instead of touching the memory.
+    pub fn sge(&self, off: usize, len: u32) -> Option<Sge> {
+        Sge::within(self.addr, self.len, self.lkey, off, len)
     }
 }
 

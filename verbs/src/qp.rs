@@ -7,6 +7,7 @@ use crate::live::{self, Kind, report_drop_error};
 use crate::ops;
 use crate::pd::Pd;
 use crate::sys::*;
+use crate::wr::{self, SendChain, Store};
 use core::ffi::c_int;
 use core::ptr::NonNull;
 use std::sync::Arc;
@@ -29,10 +30,13 @@ pub struct Qp {
     _recv_cq: Arc<Cq>,
     ptr: NonNull<ibv_qp>,
     qpn: u32,
+    /// The inline room asked at creation: a request asking for inline goes inline only up to
+    /// this many bytes.
+    max_inline: u32,
 }
 
 // SAFETY: posting and modifying QPs is thread-safe in libibverbs providers; no Rust-side state
-// beyond the immutable qpn.
+// beyond the immutable qpn and inline room.
 unsafe impl Send for Qp {}
 // SAFETY: as above.
 unsafe impl Sync for Qp {}
@@ -67,6 +71,7 @@ impl Qp {
             _recv_cq: recv_cq.clone(),
             ptr,
             qpn,
+            max_inline: caps.max_inline_data,
         })
     }
 
@@ -112,23 +117,34 @@ impl Qp {
         Ok(attr)
     }
 
-    /// Posts a chain of send work requests.
-    ///
-    /// # Safety
-    /// Every scatter entry must describe registered memory that stays valid and unmoved until the
-    /// corresponding work request completes (or the QP is destroyed).
-    pub unsafe fn post_send(&self, wr: *mut ibv_send_wr) -> Result<()> {
-        // SAFETY: live QP; wr validity per the caller's contract.
-        unsafe { ops::post_send(self.as_ptr(), wr) }
+    /// Bytes a request may carry inline on this QP (as asked at creation).
+    pub fn max_inline(&self) -> u32 {
+        self.max_inline
     }
 
-    /// Posts a chain of receive work requests.
-    ///
-    /// # Safety
-    /// As [`Qp::post_send`].
-    pub unsafe fn post_recv(&self, wr: *mut ibv_recv_wr) -> Result<()> {
-        // SAFETY: live QP; wr validity per the caller's contract.
-        unsafe { ops::post_recv(self.as_ptr(), wr) }
+    /// Posts `chain` in one `ibv_post_send`; an empty chain posts nothing. A request that asked
+    /// for inline goes inline only when its payload fits [`Qp::max_inline`].
+    pub fn post<S: Store>(&self, chain: &mut SendChain<S>) -> Result<()> {
+        if chain.is_empty() {
+            return Ok(());
+        }
+        let head = chain.link(self.max_inline);
+        // SAFETY: live QP. `head` starts the chain just linked inside `chain`, which this call
+        // borrows mutably, so it neither moves nor changes until the provider returns, and the
+        // provider copies the requests (inline payloads included) before returning. Every local
+        // scatter entry comes from a live `Mr`, bounds-checked (`Mr::sge`), or from
+        // `Sge::from_raw`, whose caller vouched for its registration; a remote address reaches
+        // only what the peer registered under its key.
+        unsafe { ops::post_send(self.as_ptr(), head) }
+    }
+
+    /// Posts one receive with no scatter entry: it only consumes an immediate (a write with
+    /// immediate's completion on this side).
+    pub fn post_recv_empty(&self, wr_id: u64) -> Result<()> {
+        let mut wr = wr::empty_recv(wr_id);
+        // SAFETY: live QP; a single receive request with no scatter entry (nothing for the NIC
+        // to write), on this stack frame for the duration of the call.
+        unsafe { ops::post_recv(self.as_ptr(), &mut wr) }
     }
 }
 
