@@ -169,7 +169,7 @@ pub enum EventTarget {
     Port(u8),
     /// A QP, by number.
     Qp(u32),
-    /// A CQ, by its address (compare with [`Cq::as_ptr`]).
+    /// A CQ, by its address (compare with [`Cq::as_ptr`](crate::Cq::as_ptr)).
     Cq(usize),
     Device,
     Other,
