@@ -122,7 +122,8 @@ mod sealed {
     impl<const N: usize> Sealed for super::Fixed<N> {}
 }
 
-/// Where a chain keeps its requests: a `Vec` (grows, keeps its capacity) or [`Fixed`].
+/// Where a chain keeps its requests: a `Vec` (grows, keeps its capacity) or [`Fixed`]. Sealed:
+/// these two are the only stores, and a slot can only be filled by the chain's typed pushes.
 pub trait Store: sealed::Sealed {
     fn slots(&self) -> &[WrSlot];
     fn slots_mut(&mut self) -> &mut [WrSlot];
