@@ -71,7 +71,7 @@ fn reported_size(bytes: u32) -> c_int {
 /// `init`: the process-wide device state, built once (later calls return the same outcome).
 pub(super) fn init(logger: ncclDebugLogger_t, profiler: ncclProfilerCallback_t) -> Result<()> {
     crate::log::set_logger(logger);
-    ferro_verbs::objects::set_drop_error_hook(drop_hook);
+    ferro_verbs::set_drop_error_hook(drop_hook);
     crate::profiler::set_callback(profiler);
     plugin::init().map(|_| ())
 }

@@ -18,6 +18,7 @@ use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::comm::{CommHealth, CoreError, Done, Failure, FailureKind};
 use ferro_proto::health::{FailedCompletion, Look, PeerGone, Socket, Verdict, verdict};
+use ferro_verbs::SendChain;
 use ferro_verbs::sys::*;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
@@ -37,18 +38,13 @@ pub(super) struct SenderMem {
     pub(super) scratch: Mutex<SendScratch>,
 }
 
-/// The planned writes of a group and the work requests of one QP's chain.
+/// The planned writes of a group and the work requests of one QP's chain (both keep their
+/// capacity from group to group).
 #[derive(Debug, Default)]
 pub(super) struct SendScratch {
     pub(super) writes: Vec<ferro_proto::plan::Write>,
-    pub(super) sges: Vec<ibv_sge>,
-    pub(super) wrs: Vec<ibv_send_wr>,
+    pub(super) chain: SendChain,
 }
-
-// SAFETY: the raw pointers inside the work requests only ever point into the same scratch
-// buffers (the chain links and SGEs of the last post), and are rewritten before every post;
-// they are never dereferenced by Rust, so moving the buffers to another thread is sound.
-unsafe impl Send for SendScratch {}
 
 /// The receiver's protocol memory: CTS staging (local copies written to the peer), its sizes
 /// FIFO (written by the peer), and where the peer's CTS FIFO is.

@@ -15,7 +15,7 @@ use super::receivers::Registry;
 use crate::error::Result;
 use ferro_proto::comm::Failure;
 use ferro_proto::comm::recv::{CtsWrite, RecvCore};
-use ferro_verbs::sys::*;
+use ferro_verbs::{Fixed, RemoteAddr, SendChain, SendFlags};
 use std::sync::OnceLock;
 
 /// Every open receive comm, by address, under the lifetime rule of [`Registry`]: added once the
@@ -71,52 +71,32 @@ impl Comm {
         core: &mut RecvCore,
         w: &CtsWrite,
     ) -> Result<()> {
-        let mut sges = [ibv_sge::default(); 2];
-        let mut wrs = [ibv_send_wr::default(); 2];
-        let mut n = 0;
-        for r in w.ranges() {
-            sges[n] = ibv_sge {
-                addr: mem.cts_stage.addr(r.start),
-                length: r.len() as u32,
-                lkey: mem.cts_stage.lkey(self.ep.layout.local_dev(CTS_QP)),
+        let member = self.ep.layout.local_dev(CTS_QP);
+        let remote_key = mem.peer_fifo.1[self.ep.layout.remote_dev(CTS_QP)];
+        let n = w.ranges().count();
+        let mut chain = SendChain::<Fixed<2>>::fixed();
+        for (i, r) in w.ranges().enumerate() {
+            let local = mem.cts_stage.sge(member, r.start, r.len() as u32);
+            let remote = RemoteAddr {
+                addr: mem.peer_fifo.0 + r.start as u64,
+                rkey: remote_key,
             };
-            wrs[n] = ibv_send_wr {
-                wr_id: w.wr_id(),
-                num_sge: 1,
-                opcode: IBV_WR_RDMA_WRITE,
-                ..Default::default()
+            let flags = SendFlags {
+                signaled: w.signaled && i + 1 == n,
+                // NCCL_IB_USE_INLINE: a write of one entry (a receive of one buffer written at
+                // once, the ping-pong case) is copied into the work request, sparing the NIC a
+                // read of the staging buffer.
+                inline: n == 1,
             };
-            wrs[n].wr.rdma = ibv_rdma_info {
-                remote_addr: mem.peer_fifo.0 + r.start as u64,
-                rkey: mem.peer_fifo.1[self.ep.layout.remote_dev(CTS_QP)],
-            };
-            n += 1;
+            chain.rdma_write(w.wr_id(), Some(local), remote, None, flags);
         }
-        if n == 0 {
+        if chain.is_empty() {
             return Ok(());
         }
-        if w.signaled {
-            wrs[n - 1].send_flags = IBV_SEND_SIGNALED;
-        }
-        // NCCL_IB_USE_INLINE: a write of one entry (a receive of one buffer written at once,
-        // the ping-pong case) is copied into the work request, sparing the NIC a read of the
-        // staging buffer.
-        if n == 1 && sges[0].length <= self.ep.max_inline {
-            wrs[0].send_flags |= IBV_SEND_INLINE;
-        }
-        // Pointers are set once the arrays no longer move.
-        for i in 0..n {
-            wrs[i].sg_list = &mut sges[i];
-        }
-        if n == 2 {
-            let (first, second) = wrs.split_at_mut(1);
-            first[0].next = &mut second[0];
-        }
         core.health.counters.send_posts += 1;
-        // SAFETY: the SGEs name this comm's registered clear-to-send staging, whose bytes for
-        // these groups stay as they are until the groups complete (32 receives later at the
-        // earliest); the chain lives on this stack frame for the duration of the call.
-        match unsafe { self.ep.qps[CTS_QP].post_send(&mut wrs[0]) } {
+        // The entries are this comm's registered clear-to-send staging, whose bytes for these
+        // groups stay as they are until the groups complete (32 receives later at the earliest).
+        match self.ep.qps[CTS_QP].post(&mut chain) {
             Ok(()) => Ok(()),
             Err(e) => {
                 let f = core.health.fail(Failure::system(format!(

@@ -12,7 +12,7 @@ use ferro_proto::health::DeviceFault;
 use ferro_proto::plan::{self, QpLayout};
 use ferro_proto::wire::{DevMeta, QpMeta};
 use ferro_verbs::sys::*;
-use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps};
+use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps, Sge};
 use std::sync::Arc;
 
 /// Path MTU code (`IBV_MTU_*`) for a byte count.
@@ -48,10 +48,6 @@ pub(super) struct Endpoint {
     pub(super) layout: QpLayout,
     /// RoCE traffic class of this connection's QPs: `NCCL_IB_TC`, or the communicator's own.
     pub(super) traffic_class: u8,
-    /// Bytes a work request may carry inline on these QPs (`NCCL_IB_USE_INLINE=1`: one
-    /// clear-to-send entry, as NCCL's IB transport asks; else 0). Posts use `IBV_SEND_INLINE`
-    /// only up to this, so the flag never outruns what the QPs were created with.
-    pub(super) max_inline: u32,
     /// Most bytes one RDMA write may carry on every member (longer chunks go in pieces).
     pub(super) max_write: u32,
 }
@@ -66,6 +62,10 @@ impl Endpoint {
         traffic_class: u8,
     ) -> Result<Endpoint> {
         let depths = plan::queue_depths(layout.nqps);
+        // Bytes a work request may carry inline on these QPs (`NCCL_IB_USE_INLINE=1`: one
+        // clear-to-send entry, as NCCL's IB transport asks; else 0). Each QP keeps this and
+        // sends a request inline only up to it ([`Qp::post`]), so the flag never outruns what
+        // the QPs were created with.
         let max_inline = if crate::plugin::get().is_ok_and(|p| p.config.use_inline) {
             ferro_proto::fifo::ENTRY_SIZE as u32
         } else {
@@ -106,7 +106,6 @@ impl Endpoint {
             qps,
             layout,
             traffic_class,
-            max_inline,
             max_write: vdev.max_write_bytes(),
         })
     }
@@ -305,8 +304,9 @@ pub(super) struct FlushQp {
 }
 
 /// A host buffer with its registration on each member device (the MRs are declared first, so
-/// they are dropped first). The NIC may write it at any time: it is only read with volatile
-/// loads, never referenced.
+/// they are dropped first). The NIC may write it at any time: its bytes are accessed only through
+/// the buffer's bounds-checked volatile view ([`HostBuf::volatile`]), never referenced, and the
+/// NIC reaches it only through scatter entries built from its registrations ([`RegBuf::sge`]).
 #[derive(Debug)]
 pub(super) struct RegBuf {
     mrs: Vec<Mr>,
@@ -347,32 +347,34 @@ impl RegBuf {
         self.buf.as_ptr() as u64 + off as u64
     }
 
-    /// Volatile copy of `N` bytes at `off` (memory the NIC writes).
-    pub(super) fn read<const N: usize>(&self, off: usize) -> [u8; N] {
-        let mut out = [0u8; N];
-        assert!(off + N <= self.buf.len());
-        let base = self.buf.as_ptr().wrapping_add(off);
-        if N % 8 == 0 && (base as usize) % 8 == 0 {
-            for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
-                // SAFETY: in bounds (asserted) and 8-byte aligned (checked); the buffer lives as
-                // long as self; volatile because the NIC may write it concurrently.
-                let w = unsafe { base.cast::<u64>().add(i).read_volatile() };
-                chunk.copy_from_slice(&w.to_ne_bytes());
-            }
-        } else {
-            for (i, b) in out.iter_mut().enumerate() {
-                // SAFETY: in bounds (asserted); volatile as above.
-                *b = unsafe { base.add(i).read_volatile() };
-            }
-        }
-        out
+    /// A scatter entry of `len` bytes at `off` under member `m`'s registration.
+    ///
+    /// # Panics
+    /// When there is no member `m` or the range is not inside the buffer (offsets and lengths
+    /// come from the protocol's fixed layout).
+    pub(super) fn sge(&self, m: usize, off: usize, len: u32) -> Sge {
+        let Some(sge) = self.mrs.get(m).and_then(|mr| mr.sge(off, len)) else {
+            panic!(
+                "{len} bytes at offset {off} on member {m} are outside a buffer of {} bytes registered on {} members",
+                self.buf.len(),
+                self.mrs.len()
+            );
+        };
+        sge
     }
 
+    /// Copy of `N` bytes at `off` (memory the NIC writes: volatile loads).
+    pub(super) fn read<const N: usize>(&self, off: usize) -> [u8; N] {
+        self.buf.volatile().read::<N>(off)
+    }
+
+    /// The little-endian `u32` at `off` (volatile, as [`RegBuf::read`]).
+    pub(super) fn read_u32_le(&self, off: usize) -> u32 {
+        self.buf.volatile().read_u32_le(off)
+    }
+
+    /// Copies `bytes` to `off` (staging the NIC reads after a later post).
     pub(super) fn write(&self, off: usize, bytes: &[u8]) {
-        assert!(off + bytes.len() <= self.buf.len());
-        // SAFETY: in bounds; the region is only read by the NIC after a later post.
-        unsafe {
-            core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.buf.as_ptr().add(off), bytes.len())
-        };
+        self.buf.volatile().write(off, bytes);
     }
 }

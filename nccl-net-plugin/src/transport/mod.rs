@@ -1,5 +1,7 @@
 //! The data path over verbs: the plugin's transport executes, for each NCCL call, the verbs work
 //! that the protocol core (`ferro_proto::comm`) decides, and feeds it the completions it polls.
+//! It builds its work requests with `ferro_verbs::wr` and reads memory the NIC writes through
+//! `ferro_verbs::volatile`: no raw work request and no volatile load is written here.
 //!
 //! - [`handshake`]: `listen`, `connect`, `accept` without blocking (a stage enum per connection);
 //! - [`endpoint`]: QPs and their state transitions, the flush QP, registered protocol buffers;

@@ -11,7 +11,7 @@ use crate::plugin;
 use ferro_proto::MAX_RECVS;
 use ferro_proto::comm::recv::{RecvBuf, RecvCore, RecvStep};
 use ferro_proto::fifo::{self, ENTRY_SIZE};
-use ferro_verbs::sys::*;
+use ferro_verbs::{Fixed, RemoteAddr, SendChain};
 use std::sync::atomic::{Ordering, fence};
 
 /// The sizes of group `seq`'s `n` buffers from the receiver's sizes FIFO (written by the peer
@@ -21,7 +21,7 @@ pub(super) fn read_sizes(sizes: &RegBuf, seq: u64, n: usize) -> [u32; MAX_RECVS]
     fence(Ordering::Acquire);
     let off = fifo::sizes_offset(seq);
     for (i, o) in out.iter_mut().enumerate().take(n) {
-        *o = u32::from_le_bytes(sizes.read::<4>(off + 4 * i));
+        *o = sizes.read_u32_le(off + 4 * i);
     }
     out
 }
@@ -45,13 +45,9 @@ impl Comm {
             RecvStep::Post(p) => p,
         };
         for q in post.qps.clone() {
-            let mut wr = ibv_recv_wr {
-                wr_id: post.recv_wr_id(),
-                ..Default::default()
-            };
             core.health.counters.recv_posts += 1;
-            // SAFETY: a receive with no scatter entries (it only consumes the immediate).
-            if let Err(e) = unsafe { self.ep.qps[q].post_recv(&mut wr) } {
+            // A receive with no scatter entry: it only consumes the immediate.
+            if let Err(e) = self.ep.qps[q].post_recv_empty(post.recv_wr_id()) {
                 return Err(self.fail(&mut core, e));
             }
         }
@@ -97,28 +93,17 @@ impl Comm {
             .begin_flush(flush.len() as u16)
             .map_err(|e| self.core_error(e))?;
         for (m, f) in flush.iter().enumerate() {
-            let mut sge = ibv_sge {
-                addr: f.buf.addr(0),
-                length: 1,
-                lkey: f.buf.lkey(0),
-            };
-            let mut wr = ibv_send_wr {
-                wr_id: RecvCore::flush_wr_id(req),
-                sg_list: &mut sge,
-                num_sge: 1,
-                opcode: IBV_WR_RDMA_READ,
-                send_flags: IBV_SEND_SIGNALED,
-                ..Default::default()
-            };
-            wr.wr.rdma = ibv_rdma_info {
-                remote_addr: addr,
+            // The local side is the member's own registered landing buffer; the remote side is
+            // the caller's receive buffer, registered on this member (valid until NCCL
+            // deregisters it, after the flush completes).
+            let mut chain = SendChain::<Fixed<1>>::fixed();
+            let remote = RemoteAddr {
+                addr,
                 rkey: mh.rkey(m),
             };
+            chain.rdma_read(RecvCore::flush_wr_id(req), f.buf.sge(0, 0, 1), remote, true);
             core.health.counters.send_posts += 1;
-            // SAFETY: the SGE names the member's own registered 4-byte landing buffer; the
-            // remote side is the caller's receive buffer, registered on this member (valid until
-            // NCCL deregisters it, after the flush completes).
-            if let Err(e) = unsafe { f.qp.post_send(&mut wr) } {
+            if let Err(e) = f.qp.post(&mut chain) {
                 if m == 0 {
                     core.abort_flush(req);
                     return Err(Error::System(format!("{}: flush: {e}", self.describe())));

@@ -12,7 +12,7 @@ use ferro_proto::comm::send::{ReadyGroup, SendStep};
 use ferro_proto::comm::wr_id::WrId;
 use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE};
 use ferro_proto::plan::{self, SizesSlot};
-use ferro_verbs::sys::*;
+use ferro_verbs::{RemoteAddr, SendChain, SendFlags, Sge};
 use std::sync::atomic::{Ordering, fence};
 
 impl Comm {
@@ -110,7 +110,7 @@ impl Comm {
             rkeys: mem.peer_sizes.1,
         };
         let mut scratch = self.lock(&mem.scratch)?;
-        let SendScratch { writes, sges, wrs } = &mut *scratch;
+        let SendScratch { writes, chain } = &mut *scratch;
         plan::plan_group_into(
             group.seq,
             group.items(),
@@ -125,7 +125,7 @@ impl Comm {
         writes.sort_unstable_by_key(|w| (w.qp, w.imm.is_some()));
         let wr_id = WrId::Send { seq: group.seq }.encode();
         for run in writes.chunk_by(|a, b| a.qp == b.qp) {
-            self.post_chain(run, wr_id, inline_ok, sges, wrs)?;
+            self.post_chain(run, wr_id, inline_ok, chain)?;
             *posts += 1;
         }
         Ok(())
@@ -137,61 +137,32 @@ impl Comm {
         run: &[plan::Write],
         wr_id: u64,
         inline_ok: bool,
-        sges: &mut Vec<ibv_sge>,
-        wrs: &mut Vec<ibv_send_wr>,
+        chain: &mut SendChain,
     ) -> Result<()> {
-        sges.clear();
-        sges.extend(run.iter().map(|w| ibv_sge {
-            addr: w.local_addr,
-            length: w.len,
-            lkey: w.lkey,
-        }));
-        wrs.clear();
-        for (k, w) in run.iter().enumerate() {
-            let mut wr = ibv_send_wr {
-                wr_id,
-                sg_list: if w.len > 0 {
-                    &mut sges[k]
-                } else {
-                    core::ptr::null_mut()
-                },
-                num_sge: i32::from(w.len > 0),
-                opcode: if w.imm.is_some() {
-                    IBV_WR_RDMA_WRITE_WITH_IMM
-                } else {
-                    IBV_WR_RDMA_WRITE
-                },
-                // Only the writes with immediates are signaled: each one's completion retires
-                // the unsignaled writes before it on that QP.
-                send_flags: if w.imm.is_some() {
-                    IBV_SEND_SIGNALED
-                } else {
-                    0
-                } | if inline_ok && w.len > 0 && w.len <= self.ep.max_inline {
-                    IBV_SEND_INLINE
-                } else {
-                    0
-                },
-                imm_data: w.imm.unwrap_or(0).to_be(),
-                ..Default::default()
-            };
-            wr.wr.rdma = ibv_rdma_info {
-                remote_addr: w.remote_addr,
-                rkey: w.rkey,
-            };
-            wrs.push(wr);
-        }
-        for k in 1..wrs.len() {
-            let next: *mut ibv_send_wr = &mut wrs[k];
-            wrs[k - 1].next = next;
-        }
         let Some(qp) = run.first().and_then(|w| self.ep.qps.get(w.qp)) else {
             return Ok(());
         };
-        // SAFETY: the chain lives until post returns (the provider copies WRs); every SGE
-        // names memory registered under this comm's PD by NCCL (deregistered only after the
-        // request completes, per NCCL's contract) or by this comm (owned by it).
-        unsafe { qp.post_send(&mut wrs[0]) }
+        chain.clear();
+        for w in run {
+            // SAFETY: a write's local side is memory registered under this QP's member PD,
+            // paired with its key by the plan: the comm's own sizes staging (owned by the comm,
+            // registered for its lifetime) or the caller's buffer, registered by NCCL through
+            // the memory handle given to `isend` (deregistered only after the request
+            // completes, per NCCL's contract). A write of no bytes carries no entry.
+            let local = (w.len > 0).then(|| unsafe { Sge::from_raw(w.local_addr, w.len, w.lkey) });
+            let remote = RemoteAddr {
+                addr: w.remote_addr,
+                rkey: w.rkey,
+            };
+            // Only the writes with immediates are signaled: each one's completion retires the
+            // unsignaled writes before it on that QP.
+            let flags = SendFlags {
+                signaled: w.imm.is_some(),
+                inline: inline_ok,
+            };
+            chain.rdma_write(wr_id, local, remote, w.imm, flags);
+        }
+        qp.post(chain)
             .map_err(|e| Error::System(format!("{}: {e}", self.describe())))
     }
 }
