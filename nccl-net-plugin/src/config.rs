@@ -57,6 +57,9 @@ pub struct Config {
     /// `FERRO_STALL_WARN_S`: seconds without progress before a comm with work outstanding
     /// logs a stall warning (then again at doubling intervals); 0 disables.
     pub stall_warn_s: u32,
+    /// `NCCL_SOCKET_IFNAME`: which interfaces the out-of-band listener may bind (NCCL's
+    /// syntax, matched by `oob::listen_ip`); `None` when unset or empty.
+    pub socket_ifname: Option<String>,
 }
 
 /// `NCCL_IB_HCA`: `[^][=]name[:port][,name[:port]...]`. Names are prefixes unless `=` is given;
@@ -190,6 +193,7 @@ impl Default for Config {
             flush_host: false,
             gid_overrides: Vec::new(),
             stall_warn_s: 60,
+            socket_ifname: None,
         }
     }
 }
@@ -299,7 +303,9 @@ impl Config {
         let use_inline = int_in(get, &mut w, "NCCL_IB_USE_INLINE", 0, 0, 1) == 1;
         let flush_host = int_in(get, &mut w, "FERRO_FLUSH_HOST", 0, 0, 1) == 1;
         let stall_warn_s = int_in(get, &mut w, "FERRO_STALL_WARN_S", 60, 0, 86_400) as u32;
+        let socket_ifname = get("NCCL_SOCKET_IFNAME").filter(|v| !v.is_empty());
         let cfg = Config {
+            socket_ifname,
             stall_warn_s,
             relaxed_ordering,
             gdr_flush_disable,
@@ -559,6 +565,15 @@ mod tests {
         );
         assert!(w.iter().any(|x| x.contains("AF_UNIX")));
         assert!(w.iter().any(|x| x.contains("NCCL_IB_ADDR_RANGE")));
+    }
+
+    #[test]
+    fn the_socket_interface_is_taken_as_given_and_empty_means_unset() {
+        assert_eq!(parse(&[]).0.socket_ifname, None);
+        assert_eq!(parse(&[("NCCL_SOCKET_IFNAME", "")]).0.socket_ifname, None);
+        let (c, w) = parse(&[("NCCL_SOCKET_IFNAME", "^docker,lo")]);
+        assert_eq!(c.socket_ifname.as_deref(), Some("^docker,lo"));
+        assert!(w.is_empty(), "{w:?}");
     }
 
     #[test]

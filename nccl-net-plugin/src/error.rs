@@ -68,4 +68,25 @@ impl From<ferro_verbs::Error> for Error {
     }
 }
 
+/// A refused or broken connection setup: the peer's or the user's fault by what was refused.
+impl From<ferro_proto::handshake::HandshakeError> for Error {
+    fn from(e: ferro_proto::handshake::HandshakeError) -> Self {
+        use ferro_proto::handshake::HandshakeError as H;
+        let text = e.to_string();
+        match e {
+            H::SettingsDiffer { .. }
+            | H::QpCount { .. }
+            | H::LinkLayers { .. }
+            | H::TooManyQps { .. }
+            | H::PeerRejected { .. } => Error::Usage(text),
+            H::WrongSecret { .. }
+            | H::Unexpected { .. }
+            | H::Wire { .. }
+            | H::PeerClosed { .. }
+            | H::TimedOut { .. } => Error::Remote(text),
+            H::OutOfOrder { .. } => Error::Internal(text),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Error>;

@@ -177,6 +177,8 @@ pub struct Handshake {
     out_pos: usize,
     events: VecDeque<Event>,
     last_progress: Duration,
+    /// Why it failed, once it did.
+    failure: Option<HandshakeError>,
 }
 
 impl Handshake {
@@ -190,6 +192,7 @@ impl Handshake {
             out_pos: 0,
             events: VecDeque::new(),
             last_progress: now,
+            failure: None,
         }
     }
 
@@ -239,6 +242,11 @@ impl Handshake {
     /// The peer's address as given.
     pub fn peer(&self) -> &str {
         &self.peer
+    }
+
+    /// Why the handshake failed (also given once as [`Event::Failed`]).
+    pub fn failure(&self) -> Option<&HandshakeError> {
+        self.failure.as_ref()
     }
 
     /// Whether the handshake is over, connected or failed.
@@ -396,6 +404,7 @@ impl Handshake {
 
     fn fail(&mut self, e: HandshakeError) {
         self.stage = Stage::Failed;
+        self.failure = Some(e.clone());
         self.events.push_back(Event::Failed(e));
     }
 

@@ -80,7 +80,10 @@ fn failure(h: &mut Handshake) -> HandshakeError {
     let evs = events(h);
     assert_eq!(h.stage(), Stage::Failed, "events: {evs:?}");
     match evs.last() {
-        Some(Event::Failed(e)) => e.clone(),
+        Some(Event::Failed(e)) => {
+            assert_eq!(h.failure(), Some(e));
+            e.clone()
+        }
         other => panic!("expected a failure, got {other:?}"),
     }
 }
