@@ -1,7 +1,8 @@
 //! The data path over verbs: the plugin's transport executes, for each NCCL call, the verbs work
 //! that the protocol core (`ferro_proto::comm`) decides, and feeds it the completions it polls.
 //!
-//! - [`handshake`]: `listen`, `connect`, `accept` without blocking (a stage enum per connection);
+//! - [`handshake`]: `listen`, `connect`, `accept` without blocking: the sockets and verbs
+//!   resources of the core's handshake machine (`ferro_proto::handshake`);
 //! - [`endpoint`]: QPs and their state transitions, the flush QP, registered protocol buffers;
 //! - [`comm`]: a connected comm (either side), its CQ polling, liveness check and `test`;
 //! - [`send`] / [`recv`]: `isend`, `irecv`, `iflush` and the posts they make;
