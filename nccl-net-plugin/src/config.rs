@@ -106,6 +106,9 @@ settings! {
     /// `FERRO_STALL_WARN_S`: seconds without progress before a comm with work outstanding
     /// logs a stall warning (then again at doubling intervals); 0 disables.
     stall_warn_s: u32 = "FERRO_STALL_WARN_S", 60, int(0, 86_400);
+    /// `NCCL_SOCKET_IFNAME`: which interfaces the out-of-band listener may bind (NCCL's
+    /// syntax, matched by `oob::listen_ip`); `None` when unset or empty.
+    socket_ifname: Option<String> = "NCCL_SOCKET_IFNAME", None, text;
     /// `NCCL_IB_HCA`.
     hca: Option<HcaFilter> = "NCCL_IB_HCA", None, hca, or "every device";
     /// `FERRO_GID_INDEX`: per-device GID indexes, overriding `NCCL_IB_GID_INDEX`.
@@ -145,6 +148,12 @@ impl Show for AddrFamily {
 impl Show for Option<(IpAddr, u8)> {
     fn show(&self) -> String {
         self.map_or("unset".to_string(), |(ip, p)| format!("{ip}/{p}"))
+    }
+}
+
+impl Show for Option<String> {
+    fn show(&self) -> String {
+        self.clone().unwrap_or_else(|| "unset".to_string())
     }
 }
 
@@ -211,6 +220,11 @@ fn flag(text: &str) -> Result<bool, String> {
 /// Any integer; true unless 0.
 fn nonzero(text: &str) -> Result<bool, String> {
     int::<i64>(i64::MIN, i64::MAX)(text).map(|v| v != 0)
+}
+
+/// Any text, taken as given.
+fn text(text: &str) -> Result<Option<String>, String> {
+    Ok(Some(text.to_string()))
 }
 
 fn addr_family(text: &str) -> Result<AddrFamily, String> {
@@ -565,6 +579,16 @@ mod tests {
             s.contains(" NCCL_IB_HCA=unset FERRO_GID_INDEX=unset"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn the_socket_interface_is_taken_as_given_and_empty_means_unset() {
+        assert_eq!(parse(&[]).0.socket_ifname, None);
+        assert_eq!(parse(&[("NCCL_SOCKET_IFNAME", "")]).0.socket_ifname, None);
+        let (c, w) = parse(&[("NCCL_SOCKET_IFNAME", "^docker,lo")]);
+        assert_eq!(c.socket_ifname.as_deref(), Some("^docker,lo"));
+        assert!(w.is_empty(), "{w:?}");
+        assert!(c.summary().contains(" NCCL_SOCKET_IFNAME=^docker,lo "));
     }
 
     #[test]

@@ -68,4 +68,82 @@ impl From<ferro_verbs::Error> for Error {
     }
 }
 
+/// A refused or broken connection setup: the peer's or the user's fault by what was refused.
+impl From<ferro_proto::handshake::HandshakeError> for Error {
+    fn from(e: ferro_proto::handshake::HandshakeError) -> Self {
+        use ferro_proto::handshake::HandshakeError as H;
+        let text = e.to_string();
+        match e {
+            H::SettingsDiffer { .. }
+            | H::QpCount { .. }
+            | H::LinkLayers { .. }
+            | H::TooManyQps { .. }
+            | H::PeerRejected { .. } => Error::Usage(text),
+            H::WrongSecret { .. }
+            | H::Unexpected { .. }
+            | H::Wire { .. }
+            | H::PeerClosed { .. }
+            | H::TimedOut { .. } => Error::Remote(text),
+            H::OutOfOrder { .. } => Error::Internal(text),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferro_proto::handshake::{HandshakeError as H, Settings, Stage};
+    use std::time::Duration;
+
+    #[test]
+    fn handshake_refusals_are_usage_errors_and_peer_faults_remote_errors() {
+        let peer = || "10.0.0.1:1".to_string();
+        let one = Settings {
+            qps_per_conn: 1,
+            split: false,
+        };
+        let usage = [
+            H::SettingsDiffer {
+                peer: peer(),
+                local: one,
+                remote: Settings {
+                    qps_per_conn: 2,
+                    split: false,
+                },
+            },
+            H::TooManyQps {
+                qps_per_conn: 64,
+                devs: 3,
+                nqps: 192,
+            },
+            H::PeerRejected {
+                peer: peer(),
+                reason: "no".into(),
+            },
+        ];
+        for e in usage {
+            let text = e.to_string();
+            assert_eq!(Error::from(e), Error::Usage(text));
+        }
+        let remote = [
+            H::WrongSecret { peer: peer() },
+            H::PeerClosed { peer: peer() },
+            H::TimedOut {
+                peer: peer(),
+                stage: Stage::AwaitAccept,
+                after: Duration::from_secs(120),
+            },
+        ];
+        for e in remote {
+            let text = e.to_string();
+            assert_eq!(Error::from(e), Error::Remote(text));
+        }
+        let bug = H::OutOfOrder {
+            call: "qps_connected",
+            stage: Stage::AwaitConnect,
+        };
+        assert_eq!(Error::from(bug).code(), ncclResult_t::InternalError);
+    }
+}

@@ -4,6 +4,10 @@
 //! - [`handle`]: the 128-byte listen handle NCCL carries between ranks.
 //! - [`wire`]: the out-of-band handshake messages (queue-pair metadata, ready, reject), decoded
 //!   incrementally from a non-blocking socket.
+//! - [`handshake`]: connection setup as a state machine fed with bytes and the time: the stages
+//!   of both sides, the secret, settings, QP-count, QP-limit and link-layer checks, `Reject`,
+//!   and the handshake time-out. The plugin's transport only moves its bytes and creates the
+//!   verbs resources it asks for.
 //! - [`fifo`]: the receiver-driven clear-to-send FIFO: entry encoding (with a sequence number and
 //!   a check word, so a torn or stale entry is never taken for a posted receive), slot arithmetic.
 //! - [`plan`]: how a matched group of sends becomes RDMA writes over one or several QPs, and
@@ -22,6 +26,7 @@
 pub mod comm;
 pub mod fifo;
 pub mod handle;
+pub mod handshake;
 pub mod health;
 pub mod plan;
 pub mod wire;

@@ -1,11 +1,12 @@
-//! Connection setup without blocking: `listen`, `connect` and `accept`.
+//! Connection setup without blocking: `listen`, `connect` and `accept`, over the protocol
+//! core's handshake machine ([`ferro_proto::handshake`]).
 //!
-//! Each connection being set up is a [`Handshake`] whose [`Stage`] carries exactly what that
-//! stage needs. The connecting side: TCP connect, write `Connect` (its QPs and CTS FIFO), read
-//! `Accept` (or `Reject`), bring its QPs to RTS, write `Ready`. The accepting side: read
-//! `Connect`, check the settings that must agree, create and connect its QPs, write `Accept`,
-//! read `Ready`. Every call advances as far as the socket allows and returns; NCCL calls again.
-//! `connect`'s progress is kept in a registry keyed by a token written into the handle.
+//! The machine decides everything (messages, checks, refusals, the time-out); this module owns
+//! what it cannot: the sockets (a non-blocking TCP connect, the accept loop, reading what the
+//! machine wants read, writing what it wants written), the verbs resources it asks for (the
+//! endpoint, the protocol regions, the flush QPs, connecting the QPs), the registry that keeps
+//! `connect`'s progress under a token written into the handle, TCP keepalive, and turning a
+//! finished handshake into a [`Comm`]. Every call reads the clock once and passes it in.
 
 use super::comm::{Comm, CommPtr, ReceiverMem, SendScratch, SenderMem, Side};
 use super::endpoint::{Endpoint, FlushQp, RegBuf};
@@ -20,9 +21,12 @@ use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::handle::{self, HANDLE_SIZE, SECRET_SIZE};
+use ferro_proto::handshake::{
+    self as hs, Event, HANDSHAKE_TIMEOUT, Handshake, HandshakeError, LocalSide, Settings, Stage,
+};
 use ferro_proto::plan::QpLayout;
-use ferro_proto::wire::{self, Msg, QpMeta, Reader};
-use ferro_proto::{Keys, MAX_QPS};
+use ferro_proto::wire::QpMeta;
+use ferro_proto::{Keys, MAX_DEVS};
 use ferro_verbs::sys::*;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write as _};
@@ -30,9 +34,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
-
-/// A handshake that makes no progress for this long is abandoned.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// TCP keepalive on a comm's out-of-band connection, so that a peer host that vanished without
 /// closing it (power loss, a partitioned network) is noticed too: the first probe after this
@@ -53,88 +54,45 @@ pub struct ListenComm {
     addr: SocketAddr,
     /// What a connecting side must present (it is in the handle).
     secret: [u8; SECRET_SIZE],
-    pending: Mutex<Vec<Handshake>>,
+    pending: Mutex<Vec<Setup>>,
 }
 
-/// The connecting (sending) side's resources while it is set up.
+/// The verbs resources of a side being set up, as far as the handshake got.
 #[derive(Debug)]
-struct SenderSetup {
-    ep: Endpoint,
-    mem: SenderMem,
-    /// The listener's secret, from the handle.
-    secret: [u8; SECRET_SIZE],
+enum Resources {
+    /// Connecting side: made before the TCP connect starts.
+    Sender { ep: Endpoint, mem: SenderMem },
+    /// Accepting side: made when the machine has checked the peer's `Connect`.
+    Receiver {
+        ep: Endpoint,
+        mem: ReceiverMem,
+        flush: Vec<FlushQp>,
+    },
+    /// Accepting side before that (or after the resources went into the comm).
+    None,
 }
 
-/// The accepting (receiving) side's resources while it is set up.
-#[derive(Debug)]
-struct ReceiverSetup {
-    ep: Endpoint,
-    mem: ReceiverMem,
-    flush: Vec<FlushQp>,
-}
-
-/// Bytes being written to the peer.
-#[derive(Debug)]
-struct Outgoing {
-    bytes: Vec<u8>,
-    pos: usize,
-}
-
-impl Outgoing {
-    fn new(msg: &Msg) -> Outgoing {
-        Outgoing {
-            bytes: wire::encode(msg),
-            pos: 0,
-        }
-    }
-}
-
-/// Where a connection being set up stands.
-#[derive(Debug)]
-enum Stage {
-    /// Connecting side: the TCP connect is in progress.
-    TcpConnect(SenderSetup),
-    /// Connecting side: writing `Connect`.
-    WriteConnect(SenderSetup, Outgoing),
-    /// Connecting side: reading `Accept` or `Reject`.
-    ReadAccept(SenderSetup),
-    /// Connecting side: writing `Ready`; the comm is ready once it is written.
-    WriteReady(SenderSetup, Outgoing),
-    /// Accepting side: reading `Connect`, which must carry the listener's secret.
-    ReadConnect([u8; SECRET_SIZE]),
-    /// Accepting side: writing `Accept`.
-    WriteAccept(ReceiverSetup, Outgoing),
-    /// Accepting side: reading `Ready`; the comm is ready when it arrives.
-    ReadReady(ReceiverSetup),
-    /// Only while a stage is being advanced (or after a failure).
-    Gone,
-}
-
-/// What advancing one stage gave.
-enum Step {
-    /// Moved on: advance the next stage at once.
-    Next(Stage),
-    /// The socket has nothing more for now.
-    Blocked(Stage),
-    Connected(Box<Ready>),
-}
-
-/// A side whose handshake finished: what its comm is made of, with the handshake's socket.
+/// A side whose handshake finished: what its comm is made of.
 #[derive(Debug)]
 struct Ready {
     ep: Endpoint,
     side: Side,
 }
 
-/// One connection being set up (either side).
+/// One connection being set up (either side): its socket, its machine, its resources.
 #[derive(Debug)]
-struct Handshake {
+struct Setup {
     sock: TcpStream,
     peer: SocketAddr,
     dev: &'static VDevice,
-    reader: Reader,
-    last_progress: Instant,
-    stage: Stage,
+    hs: Handshake,
+    res: Resources,
+}
+
+/// The time passed to the handshake machines: since the first call that needed it.
+fn now() -> Duration {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed()
 }
 
 /// The fault policy's settings of a new comm: `FERRO_STALL_WARN_S` as its stall threshold (zero:
@@ -146,186 +104,160 @@ fn configure_health(health: &mut CommHealth) -> Result<()> {
     Ok(())
 }
 
+/// The settings both sides must agree on, as configured here.
+fn settings() -> Result<Settings> {
+    let cfg = &plugin::get()?.config;
+    Ok(Settings {
+        qps_per_conn: cfg.qps_per_connection,
+        split: cfg.split_data_on_qps,
+    })
+}
+
 fn io_err(what: &str, peer: SocketAddr, e: std::io::Error) -> Error {
     Error::Remote(format!("{what} {peer}: {e}"))
 }
 
-impl Handshake {
-    fn new(sock: TcpStream, peer: SocketAddr, dev: &'static VDevice, stage: Stage) -> Handshake {
-        Handshake {
-            sock,
-            peer,
-            dev,
-            reader: Reader::new(),
-            last_progress: Instant::now(),
-            stage,
-        }
+/// This side's description for the peer: the endpoint's QPs with `region`, and its members'
+/// names.
+fn local_side(ep: &Endpoint, region: &RegBuf) -> LocalSide {
+    let lay = ep.layout;
+    LocalSide {
+        meta: ep.meta(region, lay.qps_per_conn() as u16, lay.split),
+        names: ep.rails.iter().map(|r| r.dev.ibdev.clone()).collect(),
     }
+}
 
-    /// Advances as far as possible without blocking; `Some` when connected.
-    fn progress(&mut self) -> Result<Option<Box<Ready>>> {
+/// The peer's protocol-region keys by member.
+fn peer_keys(meta: &QpMeta) -> Keys {
+    core::array::from_fn(|i| meta.devs.get(i).map_or(0, |d| d.mr_rkey))
+}
+
+impl Setup {
+    /// Advances as far as the socket allows; `Some` when connected.
+    fn drive(&mut self, now: Duration) -> Result<Option<Ready>> {
         loop {
-            let stage = std::mem::replace(&mut self.stage, Stage::Gone);
-            match self.step(stage)? {
-                Step::Next(s) => self.stage = s,
-                Step::Blocked(s) => {
-                    self.stage = s;
-                    return Ok(None);
+            let mut moved = self.poll_tcp(now)?;
+            moved |= self.write(now)?;
+            moved |= self.read(now)?;
+            let (acted, ready) = self.act()?;
+            if ready.is_some() {
+                return Ok(ready);
+            }
+            if !(moved || acted) {
+                break;
+            }
+        }
+        self.hs.handle_timeout(now);
+        Ok(self.act()?.1)
+    }
+
+    /// Connecting side: whether the TCP connect completed just now.
+    fn poll_tcp(&mut self, now: Duration) -> Result<bool> {
+        if self.hs.stage() != Stage::TcpConnect {
+            return Ok(false);
+        }
+        if let Some(e) = self
+            .sock
+            .take_error()
+            .map_err(|e| io_err("connect to", self.peer, e))?
+        {
+            return Err(Error::System(format!(
+                "cannot connect to {}: {e} (is the peer's listener reachable from here? check NCCL_SOCKET_IFNAME)",
+                self.peer
+            )));
+        }
+        if self.sock.peer_addr().is_err() {
+            return Ok(false);
+        }
+        self.hs.tcp_connected(now);
+        Ok(true)
+    }
+
+    /// Writes what the machine has to send; whether any byte went.
+    fn write(&mut self, now: Duration) -> Result<bool> {
+        let mut moved = false;
+        while let Some(bytes) = self.hs.poll_transmit() {
+            match (&self.sock).write(bytes) {
+                Ok(0) => self.hs.peer_closed(),
+                Ok(k) => {
+                    self.hs.advance(k, now);
+                    moved = true;
                 }
-                Step::Connected(c) => return Ok(Some(c)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err("sending to", self.peer, e)),
+            }
+            if self.hs.is_finished() {
+                break;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Reads what the machine wants (never more: bytes after the handshake belong to the
+    /// comm); whether any byte came.
+    fn read(&mut self, now: Duration) -> Result<bool> {
+        let mut moved = false;
+        loop {
+            let wanted = self.hs.wanted();
+            if wanted == 0 {
+                return Ok(moved);
+            }
+            let mut buf = vec![0u8; wanted];
+            match (&self.sock).read(&mut buf) {
+                Ok(0) => self.hs.peer_closed(),
+                Ok(k) => {
+                    self.hs.handle_bytes(&buf[..k], now);
+                    moved = true;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(moved),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err("reading from", self.peer, e)),
             }
         }
     }
 
-    fn stalled(&self) -> bool {
-        self.last_progress.elapsed() > HANDSHAKE_TIMEOUT
+    /// Does what the machine asks; whether it asked anything, and the comm's parts once
+    /// connected. A failure is returned after the machine's last bytes (a `Reject`) were
+    /// offered to the socket.
+    fn act(&mut self) -> Result<(bool, Option<Ready>)> {
+        let mut acted = false;
+        while let Some(ev) = self.hs.poll_event() {
+            acted = true;
+            match ev {
+                Event::NeedLocalMeta { peer, layout } => {
+                    let local = self.receiver_resources(&peer, layout)?;
+                    self.hs.local_meta(local);
+                }
+                Event::PeerMeta(peer) => {
+                    self.connect_qps(&peer)?;
+                    self.hs.qps_connected();
+                }
+                Event::Connected => return Ok((true, Some(self.ready()?))),
+                Event::Failed(e) => {
+                    self.send_last_words();
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok((acted, None))
     }
 
-    fn step(&mut self, stage: Stage) -> Result<Step> {
-        Ok(match stage {
-            Stage::TcpConnect(setup) => {
-                if let Some(e) = self
-                    .sock
-                    .take_error()
-                    .map_err(|e| io_err("connect to", self.peer, e))?
-                {
-                    return Err(Error::System(format!(
-                        "cannot connect to {}: {e} (is the peer's listener reachable from here? check NCCL_SOCKET_IFNAME)",
-                        self.peer
-                    )));
-                }
-                if self.sock.peer_addr().is_err() {
-                    return Ok(Step::Blocked(Stage::TcpConnect(setup)));
-                }
-                self.last_progress = Instant::now();
-                let lay = setup.ep.layout;
-                let mut meta = setup
-                    .ep
-                    .meta(&setup.mem.fifo, lay.qps_per_conn() as u16, lay.split);
-                meta.secret = setup.secret;
-                let out = Outgoing::new(&Msg::Connect(meta));
-                Step::Next(Stage::WriteConnect(setup, out))
+    /// Offers what the failed machine still has to say (a `Reject`) without waiting for it.
+    fn send_last_words(&mut self) {
+        while let Some(bytes) = self.hs.poll_transmit() {
+            match (&self.sock).write(bytes) {
+                Ok(k) if k > 0 => self.hs.advance(k, Duration::ZERO),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                _ => return,
             }
-            Stage::WriteConnect(setup, mut out) => {
-                if !self.write(&mut out)? {
-                    return Ok(Step::Blocked(Stage::WriteConnect(setup, out)));
-                }
-                Step::Next(Stage::ReadAccept(setup))
-            }
-            Stage::ReadAccept(mut setup) => match self.read()? {
-                None => Step::Blocked(Stage::ReadAccept(setup)),
-                Some(Msg::Accept(meta)) => {
-                    check_link_layers(&setup.ep, &meta, self.peer)?;
-                    setup.ep.connect_qps(&meta)?;
-                    setup.mem.peer_sizes = (meta.mr_addr, peer_keys(&meta));
-                    Step::Next(Stage::WriteReady(setup, Outgoing::new(&Msg::Ready)))
-                }
-                Some(m) => return Err(self.unexpected(m)),
-            },
-            Stage::WriteReady(setup, mut out) => {
-                if !self.write(&mut out)? {
-                    return Ok(Step::Blocked(Stage::WriteReady(setup, out)));
-                }
-                let SenderSetup { ep, mem, .. } = setup;
-                let mut core = SendCore::new(ep.layout);
-                configure_health(&mut core.health)?;
-                Step::Connected(Box::new(Ready {
-                    ep,
-                    side: Side::Sender {
-                        mem,
-                        core: Mutex::new(core),
-                    },
-                }))
-            }
-            Stage::ReadConnect(secret) => match self.read()? {
-                None => Step::Blocked(Stage::ReadConnect(secret)),
-                Some(Msg::Connect(meta)) => {
-                    if !handle::secrets_match(&meta.secret, &secret) {
-                        return Err(Error::Remote(format!(
-                            "{} presented a wrong listen secret: it does not hold this listener's handle (a stray or hostile client, or a handle from another job); refused",
-                            self.peer
-                        )));
-                    }
-                    let setup = self.receiver_setup(&meta)?;
-                    let lay = setup.ep.layout;
-                    let out = Outgoing::new(&Msg::Accept(setup.ep.meta(
-                        &setup.mem.sizes,
-                        lay.qps_per_conn() as u16,
-                        lay.split,
-                    )));
-                    Step::Next(Stage::WriteAccept(setup, out))
-                }
-                Some(m) => return Err(self.unexpected(m)),
-            },
-            Stage::WriteAccept(setup, mut out) => {
-                if !self.write(&mut out)? {
-                    return Ok(Step::Blocked(Stage::WriteAccept(setup, out)));
-                }
-                Step::Next(Stage::ReadReady(setup))
-            }
-            Stage::ReadReady(setup) => match self.read()? {
-                None => Step::Blocked(Stage::ReadReady(setup)),
-                Some(Msg::Ready) => {
-                    let ReceiverSetup { ep, mem, flush } = setup;
-                    let mut core = RecvCore::new(ep.layout);
-                    configure_health(&mut core.health)?;
-                    Step::Connected(Box::new(Ready {
-                        ep,
-                        side: Side::Receiver {
-                            mem,
-                            core: Mutex::new(core),
-                            flush,
-                        },
-                    }))
-                }
-                Some(m) => return Err(self.unexpected(m)),
-            },
-            Stage::Gone => {
-                return Err(Error::Internal("handshake advanced after it failed".into()));
-            }
-        })
+        }
     }
 
-    /// The accepting side's checks and resources for the connecting side's `Connect`.
-    fn receiver_setup(&self, meta: &QpMeta) -> Result<ReceiverSetup> {
+    /// Accepting side: its QPs (in the layout the machine computed) and protocol regions.
+    fn receiver_resources(&mut self, peer: &QpMeta, layout: QpLayout) -> Result<LocalSide> {
         let cfg = &plugin::get()?.config;
-        let split = cfg.split_data_on_qps;
-        let reject = |why: String| {
-            let _ = (&self.sock).write_all(&wire::encode(&Msg::Reject(why.clone())));
-            Error::Usage(why)
-        };
-        if meta.qps_per_conn != cfg.qps_per_connection || meta.split != split {
-            return Err(reject(format!(
-                "settings differ between ranks: NCCL_IB_QPS_PER_CONNECTION {} here vs {} at {}, NCCL_IB_SPLIT_DATA_ON_QPS {} here vs {} there",
-                cfg.qps_per_connection,
-                meta.qps_per_conn,
-                self.peer,
-                u8::from(split),
-                u8::from(meta.split)
-            )));
-        }
-        let layout = QpLayout::new(
-            usize::from(cfg.qps_per_connection),
-            split,
-            self.dev.members.len(),
-            meta.devs.len(),
-        );
-        if meta.qpns.len() != layout.nqps {
-            return Err(reject(format!(
-                "{} sent {} QPs for its {} devices; {} expected for {} x max({}, {} devices here)",
-                self.peer,
-                meta.qpns.len(),
-                meta.devs.len(),
-                layout.nqps,
-                cfg.qps_per_connection,
-                meta.devs.len(),
-                self.dev.members.len()
-            )));
-        }
         let ep = Endpoint::new(self.dev, layout, cfg.traffic_class)?;
-        if let Err(e) = check_link_layers(&ep, meta, self.peer) {
-            return Err(reject(e.to_string()));
-        }
         let pds = ep.pds();
         let cts_stage = RegBuf::new(&pds, FIFO_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
         let sizes = RegBuf::new(
@@ -333,27 +265,79 @@ impl Handshake {
             SIZES_BYTES,
             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
         )?;
-        ep.connect_qps(meta)?;
-        let gdr_flush = self.dev.members.iter().any(|m| m.gdr.is_on()) && !cfg.gdr_flush_disable;
-        let flush = if gdr_flush || cfg.flush_host {
-            ep.flush_qps()?
-        } else {
-            Vec::new()
-        };
-        Ok(ReceiverSetup {
+        let local = local_side(&ep, &sizes);
+        self.res = Resources::Receiver {
             ep,
             mem: ReceiverMem {
                 cts_stage,
                 sizes,
-                peer_fifo: (meta.mr_addr, peer_keys(meta)),
+                peer_fifo: (peer.mr_addr, peer_keys(peer)),
             },
-            flush,
-        })
+            flush: Vec::new(),
+        };
+        Ok(local)
+    }
+
+    /// Either side: QPs to RTS against the peer's; the receiver also makes its flush QPs.
+    fn connect_qps(&mut self, peer: &QpMeta) -> Result<()> {
+        match &mut self.res {
+            Resources::Sender { ep, mem } => {
+                ep.connect_qps(peer)?;
+                mem.peer_sizes = (peer.mr_addr, peer_keys(peer));
+            }
+            Resources::Receiver { ep, flush, .. } => {
+                ep.connect_qps(peer)?;
+                let cfg = &plugin::get()?.config;
+                let gdr_flush =
+                    self.dev.members.iter().any(|m| m.gdr.is_on()) && !cfg.gdr_flush_disable;
+                if gdr_flush || cfg.flush_host {
+                    *flush = ep.flush_qps()?;
+                }
+            }
+            Resources::None => {
+                return Err(Error::Internal(
+                    "handshake asked to connect QPs that were never made".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The comm's parts, with its protocol core.
+    fn ready(&mut self) -> Result<Ready> {
+        match std::mem::replace(&mut self.res, Resources::None) {
+            Resources::Sender { ep, mem } => {
+                let mut core = SendCore::new(ep.layout);
+                configure_health(&mut core.health)?;
+                Ok(Ready {
+                    ep,
+                    side: Side::Sender {
+                        mem,
+                        core: Mutex::new(core),
+                    },
+                })
+            }
+            Resources::Receiver { ep, mem, flush } => {
+                let mut core = RecvCore::new(ep.layout);
+                configure_health(&mut core.health)?;
+                Ok(Ready {
+                    ep,
+                    side: Side::Receiver {
+                        mem,
+                        core: Mutex::new(core),
+                        flush,
+                    },
+                })
+            }
+            Resources::None => Err(Error::Internal(
+                "handshake connected without resources".into(),
+            )),
+        }
     }
 
     /// The comm of a finished handshake; its socket stays open as the liveness signal, with
     /// TCP keepalive on.
-    fn into_comm(self, r: Box<Ready>) -> CommPtr {
+    fn into_comm(self, r: Ready) -> CommPtr {
         let keepalive = socket2::TcpKeepalive::new()
             .with_time(KEEPALIVE_IDLE)
             .with_interval(KEEPALIVE_INTERVAL)
@@ -369,67 +353,8 @@ impl Handshake {
         Comm::create(r.ep, r.side, self.sock, self.peer)
     }
 
-    fn unexpected(&self, m: Msg) -> Error {
-        match m {
-            Msg::Reject(why) => {
-                Error::Usage(format!("peer {} refused the connection: {why}", self.peer))
-            }
-            m => Error::Remote(format!(
-                "unexpected handshake message from {}: {m:?}",
-                self.peer
-            )),
-        }
-    }
-
-    /// Writes what is left of `out`; `true` when all of it is written.
-    fn write(&mut self, out: &mut Outgoing) -> Result<bool> {
-        while out.pos < out.bytes.len() {
-            match (&self.sock).write(&out.bytes[out.pos..]) {
-                Ok(0) => {
-                    return Err(Error::Remote(format!(
-                        "peer {} closed during the handshake",
-                        self.peer
-                    )));
-                }
-                Ok(k) => {
-                    out.pos += k;
-                    self.last_progress = Instant::now();
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_err("sending to", self.peer, e)),
-            }
-        }
-        Ok(true)
-    }
-
-    /// The next whole message, if the socket has it.
-    fn read(&mut self) -> Result<Option<Msg>> {
-        loop {
-            if let Some(m) = self
-                .reader
-                .poll()
-                .map_err(|e| Error::Remote(format!("from {}: {e}", self.peer)))?
-            {
-                return Ok(Some(m));
-            }
-            let mut buf = vec![0u8; self.reader.wanted()];
-            match (&self.sock).read(&mut buf) {
-                Ok(0) => {
-                    return Err(Error::Remote(format!(
-                        "peer {} closed the connection during the handshake",
-                        self.peer
-                    )));
-                }
-                Ok(k) => {
-                    self.reader.push(&buf[..k]);
-                    self.last_progress = Instant::now();
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_err("reading from", self.peer, e)),
-            }
-        }
+    fn timed_out(&self) -> bool {
+        matches!(self.hs.failure(), Some(HandshakeError::TimedOut { .. }))
     }
 }
 
@@ -437,11 +362,11 @@ impl Handshake {
 /// side needs to create its QPs).
 pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<ListenComm>> {
     let dev = vnic::get(dev_index)?;
-    let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
+    let cfg = &plugin::get()?.config;
     let (ip, why) = oob::listen_ip(
         dev.first().netdev.as_deref(),
         &oob::interfaces(),
-        ifname.as_deref(),
+        cfg.socket_ifname.as_deref(),
     );
     let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| {
         Error::System(format!(
@@ -470,41 +395,6 @@ pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<
     }))
 }
 
-/// Both sides' member devices must share one link layer (a QP joins InfiniBand to InfiniBand
-/// or RoCE to RoCE).
-fn check_link_layers(ep: &Endpoint, peer: &QpMeta, addr: SocketAddr) -> Result<()> {
-    for r in &ep.rails {
-        let mine = if r.dev.link_layer.is_ethernet() {
-            IBV_LINK_LAYER_ETHERNET
-        } else {
-            IBV_LINK_LAYER_INFINIBAND
-        };
-        if let Some(d) = peer.devs.iter().find(|d| d.link_layer != mine) {
-            let name = |l: u8| {
-                if l == IBV_LINK_LAYER_ETHERNET {
-                    "RoCE"
-                } else {
-                    "InfiniBand"
-                }
-            };
-            return Err(Error::Usage(format!(
-                "{}:{} is {} but a device of {addr} (port {}) is {}: the link layers of both sides must match",
-                r.dev.ibdev,
-                r.dev.port,
-                name(mine),
-                d.port,
-                name(d.link_layer)
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The peer's protocol-region keys by member.
-fn peer_keys(meta: &QpMeta) -> Keys {
-    core::array::from_fn(|i| meta.devs.get(i).map_or(0, |d| d.mr_rkey))
-}
-
 /// A listener's secret from the kernel's random generator.
 fn random_secret() -> Result<[u8; SECRET_SIZE]> {
     let mut s = [0u8; SECRET_SIZE];
@@ -527,10 +417,10 @@ fn random_secret() -> Result<[u8; SECRET_SIZE]> {
     Ok(s)
 }
 
-static CONNECTS: OnceLock<Mutex<HashMap<u64, Handshake>>> = OnceLock::new();
+static CONNECTS: OnceLock<Mutex<HashMap<u64, Setup>>> = OnceLock::new();
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 
-fn connects() -> MutexGuard<'static, HashMap<u64, Handshake>> {
+fn connects() -> MutexGuard<'static, HashMap<u64, Setup>> {
     let m = CONNECTS.get_or_init(|| Mutex::new(HashMap::new()));
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -541,26 +431,14 @@ fn start_connect(
     dev_index: i32,
     h: &[u8; HANDLE_SIZE],
     traffic_class: Option<u8>,
-) -> Result<Handshake> {
+    now: Duration,
+) -> Result<Setup> {
     let dev = vnic::get(dev_index)?;
     let addr = handle::decode(h).map_err(|e| Error::Argument(e.to_string()))?;
     let remote_devs = handle::devs(h).map_err(|e| Error::Argument(e.to_string()))?;
     let cfg = &plugin::get()?.config;
-    let layout = QpLayout::new(
-        usize::from(cfg.qps_per_connection),
-        cfg.split_data_on_qps,
-        dev.members.len(),
-        remote_devs,
-    );
-    if layout.nqps > MAX_QPS {
-        return Err(Error::Usage(format!(
-            "{}: NCCL_IB_QPS_PER_CONNECTION={} x {} devices (the larger side) is {} QPs, above the {MAX_QPS} a connection may have",
-            dev.label(),
-            cfg.qps_per_connection,
-            dev.members.len().max(remote_devs),
-            layout.nqps
-        )));
-    }
+    let layout = hs::checks::connector_layout(settings()?, dev.members.len(), remote_devs)
+        .map_err(|e| Error::from(e).prefixed(&dev.label()))?;
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -586,29 +464,35 @@ fn start_connect(
         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
     )?;
     let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
-    let setup = SenderSetup {
-        ep,
-        mem: SenderMem {
-            fifo,
-            sizes_stage,
-            peer_sizes: (0, [0; ferro_proto::MAX_DEVS]),
-            scratch: Mutex::new(SendScratch::default()),
-        },
-        secret: handle::secret(h),
-    };
-    Ok(Handshake::new(
-        sock.into(),
-        addr,
+    let machine = Handshake::connector(
+        local_side(&ep, &fifo),
+        handle::secret(h),
+        addr.to_string(),
+        now,
+    );
+    Ok(Setup {
+        sock: sock.into(),
+        peer: addr,
         dev,
-        Stage::TcpConnect(setup),
-    ))
+        hs: machine,
+        res: Resources::Sender {
+            ep,
+            mem: SenderMem {
+                fifo,
+                sizes_stage,
+                peer_sizes: (0, [0; MAX_DEVS]),
+                scratch: Mutex::new(SendScratch::default()),
+            },
+        },
+    })
 }
 
 /// Drops connects whose caller stopped calling (they made no progress for the handshake
 /// bound), so an abandoned connect does not keep its socket and QPs forever.
-fn reap_abandoned_connects() {
+fn reap_abandoned_connects(now: Duration) {
     connects().retain(|_, p| {
-        if !p.stalled() {
+        p.hs.handle_timeout(now);
+        if !p.timed_out() {
             return true;
         }
         warn!(
@@ -630,27 +514,20 @@ pub fn connect(
     h: &mut [u8; HANDLE_SIZE],
     traffic_class: Option<u8>,
 ) -> Result<Option<CommPtr>> {
-    reap_abandoned_connects();
+    let now = now();
+    reap_abandoned_connects(now);
     let token = handle::token(h);
     let mut p = if token == 0 {
-        start_connect(dev_index, h, traffic_class)?
+        start_connect(dev_index, h, traffic_class, now)?
     } else {
         connects().remove(&token).ok_or_else(|| {
             Error::Argument(format!("connect handle carries unknown progress token {token:#x}: the handle is corrupt or was reused"))
         })?
     };
-    match p.progress() {
+    match p.drive(now) {
         Ok(Some(ready)) => {
             handle::set_token(h, 0);
             Ok(Some(p.into_comm(ready)))
-        }
-        Ok(None) if p.stalled() => {
-            handle::set_token(h, 0);
-            Err(Error::Remote(format!(
-                "connecting to {}: no progress for {} s",
-                p.peer,
-                HANDSHAKE_TIMEOUT.as_secs()
-            )))
         }
         Ok(None) => {
             let t = if token == 0 {
@@ -674,6 +551,8 @@ impl ListenComm {
     /// that is ready. A stray or garbage connection is dropped with a warning and never blocks
     /// the others.
     pub fn accept(&self) -> Result<Option<CommPtr>> {
+        let now = now();
+        let settings = settings()?;
         let mut pending = self
             .pending
             .lock()
@@ -685,12 +564,19 @@ impl ListenComm {
                         continue;
                     }
                     let _ = sock.set_nodelay(true);
-                    pending.push(Handshake::new(
+                    pending.push(Setup {
                         sock,
                         peer,
-                        self.dev,
-                        Stage::ReadConnect(self.secret),
-                    ));
+                        dev: self.dev,
+                        hs: Handshake::acceptor(
+                            self.secret,
+                            settings,
+                            self.dev.members.len(),
+                            peer.to_string(),
+                            now,
+                        ),
+                        res: Resources::None,
+                    });
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -699,31 +585,25 @@ impl ListenComm {
         }
         let mut i = 0;
         while i < pending.len() {
-            match pending[i].progress() {
+            match pending[i].drive(now) {
                 Ok(Some(ready)) => {
                     let p = pending.swap_remove(i);
                     return Ok(Some(p.into_comm(ready)));
                 }
-                Ok(None) if pending[i].stalled() => {
-                    let p = pending.swap_remove(i);
-                    warn!(
-                        NET,
-                        "{}: dropping connection from {}: no handshake progress for {} s",
-                        self.dev.label(),
-                        p.peer,
-                        HANDSHAKE_TIMEOUT.as_secs()
-                    );
-                }
                 Ok(None) => i += 1,
                 Err(e) => {
                     let p = pending.swap_remove(i);
-                    warn!(
-                        NET,
-                        "{}: dropping incoming connection from {} on {}: {e}",
-                        self.dev.label(),
-                        p.peer,
-                        self.addr
-                    );
+                    if p.timed_out() {
+                        warn!(NET, "{}: dropping {e}", self.dev.label());
+                    } else {
+                        warn!(
+                            NET,
+                            "{}: dropping incoming connection from {} on {}: {e}",
+                            self.dev.label(),
+                            p.peer,
+                            self.addr
+                        );
+                    }
                 }
             }
         }

@@ -3,7 +3,8 @@
 //! It builds its work requests with `ferro_verbs::wr` and reads memory the NIC writes through
 //! `ferro_verbs::volatile`: no raw work request and no volatile load is written here.
 //!
-//! - [`handshake`]: `listen`, `connect`, `accept` without blocking (a stage enum per connection);
+//! - [`handshake`]: `listen`, `connect`, `accept` without blocking: the sockets and verbs
+//!   resources of the core's handshake machine (`ferro_proto::handshake`);
 //! - [`endpoint`]: QPs and their state transitions, the flush QP, registered protocol buffers;
 //! - [`comm`]: a connected comm (either side), its CQ polling, liveness check and `test`;
 //! - [`send`] / [`recv`]: `isend`, `irecv`, `iflush` and the posts they make;
