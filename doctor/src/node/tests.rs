@@ -6,6 +6,7 @@
 use super::fake::{Tree, X16_GEN4, acs_config, addr, facts};
 use super::pci::{acs_control, distance, read_pci_fn};
 use super::*;
+use ferro_verbs::sysfs::PciAddr;
 
 // A GPU and a NIC under two downstream ports of one PCIe switch (PIX).
 const ROOT0: &str = "pci0000:00";
@@ -500,6 +501,26 @@ fn distances_follow_nccls_switch_folding() {
     assert_eq!(distance(&f[0], &f[5]), Distance::Sys);
     assert_eq!(f[2].bridges.len(), 5);
     assert_eq!(f[0].path[0], "pci0000:00");
+}
+
+#[test]
+fn pci_functions_and_bridges_carry_parsed_addresses_and_other_devices_are_not_functions() {
+    let t = Tree::new();
+    t.pci(&GPU0, 0x10de, 0x030200, 0, X16_GEN4);
+    let f = read_pci_fn(&t.path("sys"), &t.path("sys/bus/pci/devices/0000:03:00.0")).unwrap();
+    let addr = |s: &str| s.parse::<PciAddr>().unwrap();
+    assert_eq!(f.bdf, addr("0000:03:00.0"));
+    let bridges: Vec<PciAddr> = f.bridges.iter().map(|b| b.bdf).collect();
+    assert_eq!(
+        bridges,
+        [GPU0[3], GPU0[2], GPU0[1]].map(addr),
+        "every PCI address above the device, nearest first, up to the root complex"
+    );
+    t.write("sys/devices/platform/serial8250/uevent", "");
+    assert_eq!(
+        read_pci_fn(&t.path("sys"), &t.path("sys/devices/platform/serial8250")),
+        None
+    );
 }
 
 #[test]
