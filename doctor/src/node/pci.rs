@@ -181,7 +181,7 @@ pub fn list_gpus(sys: &Path) -> Vec<PciFn> {
         .filter_map(|e| read_pci_fn(sys, &e.path()))
         .filter(|f| f.vendor == Some(NVIDIA_VENDOR) && f.class.is_some_and(|c| c >> 16 == 0x03))
         .collect();
-    gpus.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+    gpus.sort_by_key(|g| g.bdf);
     gpus
 }
 
