@@ -2,6 +2,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::node::fake::{Tree, facts};
+use crate::node::limits::{memlock_check, shm_check};
+use crate::node::read_limits;
 use ferro_verbs::gid::{GidError, select_gid};
 use ferro_verbs::loader::{Capabilities, LoadError};
 use ferro_verbs::sysfs::parse_gid;
@@ -60,16 +63,18 @@ fn device(name: &str, ports: Vec<Port>) -> Device {
 
 fn host() -> HostFacts {
     HostFacts {
-        memlock: Ok(Memlock {
-            soft: None,
-            hard: None,
-        }),
-        cap_ipc_lock: Some(false),
+        limits: Limits {
+            memlock: Ok(Memlock {
+                soft: None,
+                hard: None,
+            }),
+            cap_ipc_lock: Some(false),
+            shm: Ok(Shm {
+                size_bytes: 16 << 30,
+                available_bytes: Some(16 << 30),
+            }),
+        },
         iommu: Some(IommuMode::Passthrough),
-        shm: Ok(Shm {
-            size_bytes: 16 << 30,
-            available_bytes: 16 << 30,
-        }),
         dev_infiniband: Some(vec!["rdma_cm".into(), "uverbs0".into()]),
         gpu: GpuFacts::default(),
         env: NcclEnv {
@@ -480,7 +485,7 @@ fn json_has_the_documented_keys_and_is_valid() {
 fn json_for_a_host_without_rdma() {
     let mut r = report(Vec::new());
     r.host.dev_infiniband = None;
-    r.host.memlock = Ok(Memlock {
+    r.host.limits.memlock = Ok(Memlock {
         soft: Some(8 << 20),
         hard: Some(8 << 20),
     });
@@ -510,31 +515,40 @@ fn json_for_a_host_without_rdma() {
 
 #[test]
 fn memlock_thresholds() {
-    assert_eq!(memlock_finding(None, Some(false)), None, "unlimited");
+    let judge = |soft: Option<u64>, cap: Option<bool>| {
+        memlock_check(&Limits {
+            memlock: Ok(Memlock { soft, hard: soft }),
+            cap_ipc_lock: cap,
+            ..host().limits
+        })
+    };
+    assert_eq!(judge(None, Some(false)).status, Status::Ok, "unlimited");
     assert_eq!(
-        memlock_finding(Some(MEMLOCK_WARN_BELOW), Some(false)),
-        None,
-        "at the threshold"
+        judge(Some(MEMLOCK_WARN_BELOW), Some(false)).status,
+        Status::Info,
+        "at the threshold: worth knowing, not a warning"
     );
-    assert_eq!(memlock_finding(Some(1 << 40), None), None);
-    let f = memlock_finding(Some(MEMLOCK_WARN_BELOW - 1), None).unwrap();
-    assert_eq!(f.level, Level::Warning);
-    let f = memlock_finding(Some(8 << 20), Some(false)).unwrap();
-    assert_eq!(f.level, Level::Warning);
+    assert_eq!(judge(Some(1 << 40), None).status, Status::Info);
+    assert_eq!(
+        judge(Some(MEMLOCK_WARN_BELOW - 1), None).status,
+        Status::Warning
+    );
+    let c = judge(Some(8 << 20), Some(false));
+    assert_eq!(c.status, Status::Warning);
+    assert!(c.summary.contains("8 MiB"), "{}", c.summary);
     assert!(
-        f.text.contains("8 MiB") && f.text.contains("--ulimit memlock=-1"),
-        "{}",
-        f.text
+        c.fix.as_deref().unwrap().contains("--ulimit memlock=-1"),
+        "{c:?}"
     );
-    let f = memlock_finding(Some(64 << 10), Some(true)).unwrap();
     assert_eq!(
-        f.level,
-        Level::Note,
+        judge(Some(64 << 10), Some(true)).status,
+        Status::Info,
         "CAP_IPC_LOCK lifts the limit for RDMA pinning"
     );
-    // Rendered under the limit line and counted among warnings.
+    // Shown under the limit line's section once, among the pod checks, and counted among warnings.
     let mut r = report(vec![device("rxe0", vec![rxe_port()])]);
-    r.host.memlock = Ok(Memlock {
+    r.node = Some(facts(&Tree::new(), vec![], &[]));
+    r.host.limits.memlock = Ok(Memlock {
         soft: Some(8 << 20),
         hard: None,
     });
@@ -544,7 +558,7 @@ fn memlock_thresholds() {
         "{text}"
     );
     assert!(
-        text.contains("    warning: locked-memory limit 8 MiB"),
+        text.contains("  [warning] locked memory is limited to 8 MiB"),
         "{text}"
     );
     assert_eq!(warnings(&r).len(), 1);
@@ -557,17 +571,110 @@ fn memlock_thresholds() {
 
 #[test]
 fn shm_thresholds() {
-    assert_eq!(shm_finding(SHM_WARN_BELOW), None);
-    assert_eq!(shm_finding(64 << 30), None);
-    let f = shm_finding(64 << 20).unwrap();
-    assert_eq!(f.level, Level::Warning);
+    let judge = |size_bytes: u64| {
+        shm_check(&Limits {
+            shm: Ok(Shm {
+                size_bytes,
+                available_bytes: None,
+            }),
+            ..host().limits
+        })
+    };
+    assert_eq!(judge(SHM_WARN_BELOW).status, Status::Ok);
+    assert_eq!(judge(64 << 30).status, Status::Ok);
+    let c = judge(64 << 20);
+    assert_eq!(c.status, Status::Warning);
     assert!(
-        f.text.starts_with("/dev/shm is 64 MiB (below 1 GiB)"),
+        c.summary.starts_with("/dev/shm is 64 MiB (below 1 GiB)"),
         "{}",
-        f.text
+        c.summary
     );
-    assert!(f.text.contains("--shm-size"), "{}", f.text);
-    assert!(shm_finding(SHM_WARN_BELOW - 1).is_some());
+    assert!(c.fix.as_deref().unwrap().contains("--shm-size"), "{c:?}");
+    assert_eq!(judge(SHM_WARN_BELOW - 1).status, Status::Warning);
+}
+
+#[test]
+fn a_low_memlock_and_a_small_dev_shm_in_a_fake_tree_are_judged_once_in_every_output() {
+    let t = Tree::new();
+    t.write(
+        "proc/self/limits",
+        "Limit                     Soft Limit           Hard Limit           Units\n\
+         Max locked memory         65536                65536                bytes\n",
+    );
+    t.write(
+        "proc/self/mounts",
+        "tmpfs /dev/shm tmpfs rw,nosuid,nodev,size=65536k 0 0\n",
+    );
+    let mut r = report(vec![device("rxe0", vec![rxe_port()])]);
+    r.host.limits = read_limits(&t.roots());
+    r.node = Some(facts(&t, vec![], &[]));
+    assert_eq!(
+        r.host.limits.memlock,
+        Ok(Memlock {
+            soft: Some(64 << 10),
+            hard: Some(64 << 10)
+        })
+    );
+    assert_eq!(r.host.limits.cap_ipc_lock, Some(false));
+    assert_eq!(
+        r.host.limits.shm.as_ref().map(|s| s.size_bytes),
+        Ok(64 << 20)
+    );
+    let memlock = "locked memory is limited to 64 KiB (below 64 MiB)";
+    let shm = "/dev/shm is 64 MiB (below 1 GiB)";
+    let found = |list: &[String], needle: &str| list.iter().filter(|w| w.contains(needle)).count();
+
+    let w = warnings(&r);
+    assert_eq!(
+        (found(&w, memlock), found(&w, shm), w.len()),
+        (1, 1, 2),
+        "{w:#?}"
+    );
+    let ids: Vec<&str> = report_checks(&r).iter().map(|c| c.id).collect();
+    for id in ["pod.memlock", "pod.shm"] {
+        assert_eq!(ids.iter().filter(|i| **i == id).count(), 1, "{ids:?}");
+    }
+    assert!(overall(&r).summary.ends_with("(2 warnings above)"));
+
+    let text = squash(&render_text(&r));
+    assert_eq!(text.matches(memlock).count(), 1, "{text}");
+    assert_eq!(text.matches(shm).count(), 1, "{text}");
+    assert!(
+        text.contains("locked memory (RLIMIT_MEMLOCK): 64 KiB (hard limit 64 KiB)"),
+        "{text}"
+    );
+    assert!(text.contains("/dev/shm: 64 MiB"), "{text}");
+
+    let v: Value = serde_json::from_str(&render_json(&r)).unwrap();
+    let w: Vec<String> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        (found(&w, memlock), found(&w, shm), w.len()),
+        (1, 1, 2),
+        "{w:#?}"
+    );
+    let h = &v["host"];
+    assert_eq!(h["memlock"]["soft_bytes"], 64 << 10);
+    assert_eq!(h["dev_shm"]["size_bytes"], 64 << 20);
+    let summary = |id: &str| {
+        v["node"]["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()["summary"]
+            .clone()
+    };
+    assert_eq!(
+        h["memlock"]["warning"],
+        summary("pod.memlock"),
+        "the host object carries the one judgement"
+    );
+    assert_eq!(h["dev_shm"]["warning"], summary("pod.shm"));
 }
 
 #[test]
@@ -722,7 +829,7 @@ fn wrapping_keeps_words_and_indents() {
 
 #[test]
 fn a_failed_node_check_makes_the_exit_status_3_and_shows_in_every_renderer() {
-    use crate::node::fake::{Tree, X16_GEN4, facts};
+    use crate::node::fake::X16_GEN4;
     let t = Tree::new();
     t.kernel("5.15.0-105-generic");
     t.nvidia(false, "535.161.08");
