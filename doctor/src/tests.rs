@@ -3,8 +3,6 @@
 
 use super::*;
 use crate::node::fake::{Tree, facts};
-use crate::node::limits::{memlock_check, shm_check};
-use crate::node::read_limits;
 use ferro_verbs::gid::{GidError, select_gid};
 use ferro_verbs::loader::{Capabilities, LoadError};
 use ferro_verbs::sysfs::parse_gid;
@@ -19,7 +17,7 @@ fn entry(index: u32, text: &str, t: GidType, ndev: Option<&str>) -> GidEntry {
     GidEntry::new(index, parse_gid(text).unwrap(), t, ndev.map(str::to_string))
 }
 
-fn rxe_port() -> Port {
+pub(crate) fn rxe_port() -> Port {
     let gids = vec![
         entry(0, "::ffff:127.0.0.1", GidType::RoceV1, Some("lo")),
         entry(1, "::ffff:127.0.0.1", GidType::RoceV2, Some("lo")),
@@ -42,7 +40,7 @@ fn rxe_port() -> Port {
     }
 }
 
-fn device(name: &str, ports: Vec<Port>) -> Device {
+pub(crate) fn device(name: &str, ports: Vec<Port>) -> Device {
     Device {
         name: name.into(),
         listed_by_verbs: true,
@@ -61,7 +59,7 @@ fn device(name: &str, ports: Vec<Port>) -> Device {
     }
 }
 
-fn host() -> HostFacts {
+pub(crate) fn host() -> HostFacts {
     HostFacts {
         limits: Limits {
             memlock: Ok(Memlock {
@@ -84,7 +82,7 @@ fn host() -> HostFacts {
     }
 }
 
-fn report(devices: Vec<Device>) -> Report {
+pub(crate) fn report(devices: Vec<Device>) -> Report {
     Report {
         plugin_name: "Ferro".into(),
         plugin_version: "0.1.0".into(),
@@ -121,7 +119,7 @@ fn down_port() -> Port {
 }
 
 /// Whitespace-normalised text, so wrapping does not matter to `contains`.
-fn squash(s: &str) -> String {
+pub(crate) fn squash(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -514,170 +512,6 @@ fn json_for_a_host_without_rdma() {
 }
 
 #[test]
-fn memlock_thresholds() {
-    let judge = |soft: Option<u64>, cap: Option<bool>| {
-        memlock_check(&Limits {
-            memlock: Ok(Memlock { soft, hard: soft }),
-            cap_ipc_lock: cap,
-            ..host().limits
-        })
-    };
-    assert_eq!(judge(None, Some(false)).status, Status::Ok, "unlimited");
-    assert_eq!(
-        judge(Some(MEMLOCK_WARN_BELOW), Some(false)).status,
-        Status::Info,
-        "at the threshold: worth knowing, not a warning"
-    );
-    assert_eq!(judge(Some(1 << 40), None).status, Status::Info);
-    assert_eq!(
-        judge(Some(MEMLOCK_WARN_BELOW - 1), None).status,
-        Status::Warning
-    );
-    let c = judge(Some(8 << 20), Some(false));
-    assert_eq!(c.status, Status::Warning);
-    assert!(c.summary.contains("8 MiB"), "{}", c.summary);
-    assert!(
-        c.fix.as_deref().unwrap().contains("--ulimit memlock=-1"),
-        "{c:?}"
-    );
-    assert_eq!(
-        judge(Some(64 << 10), Some(true)).status,
-        Status::Info,
-        "CAP_IPC_LOCK lifts the limit for RDMA pinning"
-    );
-    // Shown under the limit line's section once, among the pod checks, and counted among warnings.
-    let mut r = report(vec![device("rxe0", vec![rxe_port()])]);
-    r.node = Some(facts(&Tree::new(), vec![], &[]));
-    r.host.limits.memlock = Ok(Memlock {
-        soft: Some(8 << 20),
-        hard: None,
-    });
-    let text = render_text(&r);
-    assert!(
-        text.contains("locked memory (RLIMIT_MEMLOCK): 8 MiB (hard limit unlimited)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("  [warning] locked memory is limited to 8 MiB"),
-        "{text}"
-    );
-    assert_eq!(warnings(&r).len(), 1);
-    assert!(
-        overall(&r).summary.ends_with("(1 warning above)"),
-        "{}",
-        overall(&r).summary
-    );
-}
-
-#[test]
-fn shm_thresholds() {
-    let judge = |size_bytes: u64| {
-        shm_check(&Limits {
-            shm: Ok(Shm {
-                size_bytes,
-                available_bytes: None,
-            }),
-            ..host().limits
-        })
-    };
-    assert_eq!(judge(SHM_WARN_BELOW).status, Status::Ok);
-    assert_eq!(judge(64 << 30).status, Status::Ok);
-    let c = judge(64 << 20);
-    assert_eq!(c.status, Status::Warning);
-    assert!(
-        c.summary.starts_with("/dev/shm is 64 MiB (below 1 GiB)"),
-        "{}",
-        c.summary
-    );
-    assert!(c.fix.as_deref().unwrap().contains("--shm-size"), "{c:?}");
-    assert_eq!(judge(SHM_WARN_BELOW - 1).status, Status::Warning);
-}
-
-#[test]
-fn a_low_memlock_and_a_small_dev_shm_in_a_fake_tree_are_judged_once_in_every_output() {
-    let t = Tree::new();
-    t.write(
-        "proc/self/limits",
-        "Limit                     Soft Limit           Hard Limit           Units\n\
-         Max locked memory         65536                65536                bytes\n",
-    );
-    t.write(
-        "proc/self/mounts",
-        "tmpfs /dev/shm tmpfs rw,nosuid,nodev,size=65536k 0 0\n",
-    );
-    let mut r = report(vec![device("rxe0", vec![rxe_port()])]);
-    r.host.limits = read_limits(&t.roots());
-    r.node = Some(facts(&t, vec![], &[]));
-    assert_eq!(
-        r.host.limits.memlock,
-        Ok(Memlock {
-            soft: Some(64 << 10),
-            hard: Some(64 << 10)
-        })
-    );
-    assert_eq!(r.host.limits.cap_ipc_lock, Some(false));
-    assert_eq!(
-        r.host.limits.shm.as_ref().map(|s| s.size_bytes),
-        Ok(64 << 20)
-    );
-    let memlock = "locked memory is limited to 64 KiB (below 64 MiB)";
-    let shm = "/dev/shm is 64 MiB (below 1 GiB)";
-    let found = |list: &[String], needle: &str| list.iter().filter(|w| w.contains(needle)).count();
-
-    let w = warnings(&r);
-    assert_eq!(
-        (found(&w, memlock), found(&w, shm), w.len()),
-        (1, 1, 2),
-        "{w:#?}"
-    );
-    let ids: Vec<&str> = report_checks(&r).iter().map(|c| c.id).collect();
-    for id in ["pod.memlock", "pod.shm"] {
-        assert_eq!(ids.iter().filter(|i| **i == id).count(), 1, "{ids:?}");
-    }
-    assert!(overall(&r).summary.ends_with("(2 warnings above)"));
-
-    let text = squash(&render_text(&r));
-    assert_eq!(text.matches(memlock).count(), 1, "{text}");
-    assert_eq!(text.matches(shm).count(), 1, "{text}");
-    assert!(
-        text.contains("locked memory (RLIMIT_MEMLOCK): 64 KiB (hard limit 64 KiB)"),
-        "{text}"
-    );
-    assert!(text.contains("/dev/shm: 64 MiB"), "{text}");
-
-    let v: Value = serde_json::from_str(&render_json(&r)).unwrap();
-    let w: Vec<String> = v["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(
-        (found(&w, memlock), found(&w, shm), w.len()),
-        (1, 1, 2),
-        "{w:#?}"
-    );
-    let h = &v["host"];
-    assert_eq!(h["memlock"]["soft_bytes"], 64 << 10);
-    assert_eq!(h["dev_shm"]["size_bytes"], 64 << 20);
-    let summary = |id: &str| {
-        v["node"]["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == id)
-            .unwrap()["summary"]
-            .clone()
-    };
-    assert_eq!(
-        h["memlock"]["warning"],
-        summary("pod.memlock"),
-        "the host object carries the one judgement"
-    );
-    assert_eq!(h["dev_shm"]["warning"], summary("pod.shm"));
-}
-
-#[test]
 fn environment_findings() {
     let plain = NcclEnv {
         net_plugin: Some("ferro".into()),
@@ -705,24 +539,6 @@ fn environment_findings() {
         env_findings(&ours, "Ferro").is_empty(),
         "NCCL_NET matches case-insensitively"
     );
-}
-
-#[test]
-fn cap_eff_parsing() {
-    assert_eq!(
-        cap_ipc_lock_from_status("Name:\tx\nCapEff:\t000001ffffffffff\n"),
-        Some(true)
-    );
-    assert_eq!(
-        cap_ipc_lock_from_status("CapEff:\t00000000a80425fb\n"),
-        Some(false),
-        "Docker's default set"
-    );
-    assert_eq!(
-        cap_ipc_lock_from_status("CapEff:\t0000000000004000\n"),
-        Some(true)
-    );
-    assert_eq!(cap_ipc_lock_from_status("Name:\tx\n"), None);
 }
 
 #[test]

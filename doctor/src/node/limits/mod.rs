@@ -11,6 +11,9 @@ use super::*;
 use crate::format_bytes;
 use std::fmt;
 
+#[cfg(test)]
+mod tests;
+
 /// A finite `RLIMIT_MEMLOCK` below this draws a warning: registering large buffers will fail.
 pub const MEMLOCK_WARN_BELOW: u64 = 64 << 20;
 /// A `/dev/shm` smaller than this draws a warning (Docker's default is 64 MiB).
