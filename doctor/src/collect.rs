@@ -1,5 +1,5 @@
 //! Collection: the plugin's own discovery, sysfs for devices libibverbs does not list, and
-//! host facts.
+//! host facts (locked memory and `/dev/shm` through the node readers, under the roots).
 
 use crate::*;
 use ferro_verbs::gid::{GidError, select_gid};
@@ -43,7 +43,7 @@ pub fn collect_at(roots: &Roots) -> Report {
             }),
         },
     };
-    let host = collect_host(sys_root);
+    let host = collect_host(roots);
     let mut enumeration_errors = disc.errors.clone();
 
     let mut devices: Vec<Device> = disc.devices.iter().map(device_from_report).collect();
@@ -241,7 +241,10 @@ pub(crate) fn port_from_sysfs(dev: &str, p: &SysPort, cfg: &Config) -> Port {
     }
 }
 
-pub(crate) fn collect_host(sys_root: &Path) -> HostFacts {
+/// The host facts: locked memory and `/dev/shm` under `roots` (see [`node::read_limits`]), the
+/// rest from `roots.sys` and the real `/proc` and `/dev`.
+pub(crate) fn collect_host(roots: &Roots) -> HostFacts {
+    let sys_root = roots.sys.as_path();
     let env_var = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
     let dev_infiniband = std::fs::read_dir("/dev/infiniband").ok().map(|rd| {
         let mut names: Vec<String> = rd
@@ -252,13 +255,8 @@ pub(crate) fn collect_host(sys_root: &Path) -> HostFacts {
     });
     let module = |m: &str| sys_root.join("module").join(m).exists();
     HostFacts {
-        memlock: memlock_limit(),
-        cap_ipc_lock: std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .as_deref()
-            .and_then(cap_ipc_lock_from_status),
+        limits: node::read_limits(roots),
         iommu: sysfs::read_cmdline(Path::new("/proc")).map(|c| sysfs::iommu_mode(&c)),
-        shm: statvfs_size(Path::new("/dev/shm")),
         dev_infiniband,
         gpu: GpuFacts {
             nvidia_driver: module("nvidia"),
@@ -271,53 +269,4 @@ pub(crate) fn collect_host(sys_root: &Path) -> HostFacts {
             socket_ifname: env_var("NCCL_SOCKET_IFNAME"),
         },
     }
-}
-
-pub(crate) fn memlock_limit() -> Result<Memlock, String> {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `rl` is a valid, writable rlimit for getrlimit to fill.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
-    if rc != 0 {
-        return Err(format!("getrlimit: {}", std::io::Error::last_os_error()));
-    }
-    let conv = |v: libc::rlim_t| {
-        if v == libc::RLIM_INFINITY {
-            None
-        } else {
-            Some(v)
-        }
-    };
-    Ok(Memlock {
-        soft: conv(rl.rlim_cur),
-        hard: conv(rl.rlim_max),
-    })
-}
-
-// The statvfs fields are u64 on 64-bit targets but u32 on some 32-bit ones.
-#[allow(clippy::useless_conversion)]
-pub(crate) fn statvfs_size(path: &Path) -> Result<Shm, String> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| "path contains NUL".to_string())?;
-    let mut st = core::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `c` is NUL-terminated; `st` is writable storage for one statvfs struct.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(if e.kind() == std::io::ErrorKind::NotFound {
-            "absent (NCCL's intra-node shared-memory transport needs it)".to_string()
-        } else {
-            format!("cannot measure: {e}")
-        });
-    }
-    // SAFETY: statvfs returned 0, so it filled the struct.
-    let st = unsafe { st.assume_init() };
-    let frsize = u64::from(st.f_frsize);
-    Ok(Shm {
-        size_bytes: u64::from(st.f_blocks).saturating_mul(frsize),
-        available_bytes: u64::from(st.f_bavail).saturating_mul(frsize),
-    })
 }

@@ -1,44 +1,9 @@
-//! Findings about the host (pure functions of facts): locked memory, `/dev/shm`,
-//! `/dev/infiniband`, NCCL variables, why libibverbs does not list a device, load hints.
+//! Findings about the host (pure functions of facts): `/dev/infiniband`, NCCL variables, why
+//! libibverbs does not list a device, load hints. Locked memory and `/dev/shm` are judged by
+//! their checks (`node::limits`), not here.
 
 use crate::*;
 use ferro_verbs::loader::{DEFAULT_LIB, LIB_ENV, LoadError};
-
-/// The locked-memory limit (`soft`, `None` = unlimited) judged for RDMA registration.
-///
-/// Below [`MEMLOCK_WARN_BELOW`] is a warning, unless `CAP_IPC_LOCK` is effective: the kernel does
-/// not enforce the limit on pinned RDMA memory for such a process, so it is only a note.
-pub fn memlock_finding(soft: Option<u64>, cap_ipc_lock: Option<bool>) -> Option<Finding> {
-    let limit = soft?;
-    if limit >= MEMLOCK_WARN_BELOW {
-        return None;
-    }
-    let size = format_bytes(limit);
-    if cap_ipc_lock == Some(true) {
-        return Some(Finding::note(format!(
-            "{size} is below {}, but CAP_IPC_LOCK is effective, so the kernel does not apply it to RDMA \
-             registrations (unless this runs in a user namespace); `ulimit -l unlimited` is still the safe setting",
-            format_bytes(MEMLOCK_WARN_BELOW)
-        )));
-    }
-    Some(Finding::warning(format!(
-        "locked-memory limit {size} is below {}: RDMA registration of large buffers will fail (ENOMEM); \
-         run `ulimit -l unlimited`, in containers `--ulimit memlock=-1` (Docker) or add CAP_IPC_LOCK",
-        format_bytes(MEMLOCK_WARN_BELOW)
-    )))
-}
-
-/// `/dev/shm` of `size` bytes judged for NCCL (below [`SHM_WARN_BELOW`] is a warning).
-pub fn shm_finding(size: u64) -> Option<Finding> {
-    (size < SHM_WARN_BELOW).then(|| {
-        Finding::warning(format!(
-            "/dev/shm is {} (below {}): NCCL uses it for intra-node transport and runs out of it \
-             (Docker's default is 64 MiB); run with `--shm-size=8g` or `--ipc=host`",
-            format_bytes(size),
-            format_bytes(SHM_WARN_BELOW)
-        ))
-    })
-}
 
 /// `/dev/infiniband` missing while the kernel shows RDMA devices: the container lacks them.
 pub fn dev_infiniband_finding(present: bool, kernel_has_devices: bool) -> Option<Finding> {
@@ -71,16 +36,6 @@ pub fn env_findings(env: &NcclEnv, plugin_name: &str) -> Vec<Finding> {
         }
     }
     out
-}
-
-/// Whether the capability masks in `/proc/self/status` text have `CAP_IPC_LOCK` effective.
-pub fn cap_ipc_lock_from_status(status: &str) -> Option<bool> {
-    let hex = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))?
-        .trim();
-    let mask = u64::from_str_radix(hex, 16).ok()?;
-    Some(mask & (1 << CAP_IPC_LOCK_BIT) != 0)
 }
 
 /// Why libibverbs does not list a device that sysfs shows.

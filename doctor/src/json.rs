@@ -10,21 +10,22 @@ pub fn to_json(r: &Report) -> Value {
     let c = &r.config;
     let h = &r.host;
     let lib = &r.library;
-    let finding_text =
-        |f: Option<Finding>, level: Level| f.filter(|f| f.level == level).map(|f| f.text);
-    let memlock = match &h.memlock {
-        Ok(m) => {
-            let f = memlock_finding(m.soft, h.cap_ipc_lock);
-            json!({
-                "soft_bytes": m.soft, "hard_bytes": m.hard, "unlimited": m.soft.is_none(),
-                "cap_ipc_lock": h.cap_ipc_lock,
-                "warning": finding_text(f.clone(), Level::Warning), "note": finding_text(f, Level::Note),
-                "error": null,
-            })
-        }
+    let l = &h.limits;
+    // The one judgement of these facts (the `pod.memlock` and `pod.shm` checks): its summary is
+    // the warning (status warning) or the note (status info).
+    let summary_if = |c: Check, wanted: &[Status]| wanted.contains(&c.status).then_some(c.summary);
+    let memlock_judged = node::limits::memlock_check(l);
+    let memlock_note = summary_if(memlock_judged.clone(), &[Status::Info]);
+    let memlock_warning = summary_if(memlock_judged, &[Status::Warning, Status::Fail]);
+    let memlock = match &l.memlock {
+        Ok(m) => json!({
+            "soft_bytes": m.soft, "hard_bytes": m.hard, "unlimited": m.soft.is_none(),
+            "cap_ipc_lock": l.cap_ipc_lock,
+            "warning": memlock_warning, "note": memlock_note, "error": null,
+        }),
         Err(e) => json!({
-            "soft_bytes": null, "hard_bytes": null, "unlimited": false, "cap_ipc_lock": h.cap_ipc_lock,
-            "warning": null, "note": null, "error": e,
+            "soft_bytes": null, "hard_bytes": null, "unlimited": false, "cap_ipc_lock": l.cap_ipc_lock,
+            "warning": memlock_warning, "note": memlock_note, "error": e,
         }),
     };
     let iommu = match &h.iommu {
@@ -42,12 +43,16 @@ pub fn to_json(r: &Report) -> Value {
             json!({"mode": "unknown", "description": "cannot read /proc/cmdline", "gdr_friendly": null})
         }
     };
-    let shm = match &h.shm {
+    let shm_warning = summary_if(node::limits::shm_check(l), &[Status::Warning, Status::Fail]);
+    let shm = match &l.shm {
         Ok(s) => json!({
             "size_bytes": s.size_bytes, "available_bytes": s.available_bytes,
-            "warning": shm_finding(s.size_bytes).map(|f| f.text), "error": null,
+            "warning": shm_warning, "error": null,
         }),
-        Err(e) => json!({"size_bytes": null, "available_bytes": null, "warning": null, "error": e}),
+        Err(e) => json!({
+            "size_bytes": null, "available_bytes": null, "warning": shm_warning,
+            "error": e.to_string(),
+        }),
     };
     let o = overall(r);
     json!({
@@ -101,7 +106,7 @@ pub fn to_json(r: &Report) -> Value {
                 "ferro_ibverbs_lib": lib.override_value,
             },
         },
-        "node": r.node.as_ref().map(|f| node::node_json(f, &node_checks(f))),
+        "node": r.node.as_ref().map(|f| node::node_json(f, &report_checks(r))),
         "warnings": warnings(r),
         "verdict": {
             "ok": o.ok,

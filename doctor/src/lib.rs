@@ -5,11 +5,13 @@
 //!
 //! 1. **Collection** ([`collect`]): runs the plugin's own [`discover`] (same configuration, same
 //!    GID choice, same `usable` verdicts as `init`), reads sysfs for devices libibverbs does not
-//!    list, and gathers host facts (locked-memory limit, IOMMU mode, `/dev/shm`, `/dev/infiniband`,
-//!    NCCL environment variables).
+//!    list, and gathers host facts (locked-memory limit, `CAP_IPC_LOCK` and `/dev/shm`, read under
+//!    the roots by [`node::read_limits`]; IOMMU mode, `/dev/infiniband`, NCCL environment
+//!    variables).
 //! 2. **Model** ([`Report`] and its parts): plain data, buildable by hand; the verdicts
-//!    ([`port_verdict`], [`overall`]) and findings ([`memlock_finding`], [`shm_finding`], ...) are
-//!    pure functions of it.
+//!    ([`port_verdict`], [`overall`]) and findings ([`dev_infiniband_finding`], [`env_findings`],
+//!    ...) are pure functions of it. Locked memory and `/dev/shm` are judged in one place, the
+//!    `pod.memlock` and `pod.shm` checks ([`node::limits`]).
 //! 3. **Rendering**: [`render_text`] (the screen) and [`to_json`] / [`render_json`] (`--json`).
 //! 4. **Node and pod** ([`node`]): "is this node and this pod set up right for GPUDirect RDMA?"
 //!    (NVIDIA kernel modules and the GPUDirect RDMA path per device, GPUDirect Storage, GDRCopy,
@@ -54,10 +56,15 @@
 //!   else null.
 //! - `host`: `{memlock: {soft_bytes, hard_bytes (null: unlimited), unlimited, cap_ipc_lock,
 //!   warning, note, error}, iommu: {mode ("not_set" | "off" | "passthrough" | "translated" |
-//!   "unknown"), description, gdr_friendly}, dev_shm: {size_bytes, available_bytes, warning,
-//!   error}, dev_infiniband: {present, entries: [string], warning}, gpu_direct: {
-//!   plugin_offers_gpu_memory, nvidia_driver_loaded, nvidia_peermem_loaded, description}, env:
-//!   {nccl_net_plugin, nccl_net, nccl_ib_hca, nccl_socket_ifname, ferro_ibverbs_lib}}`.
+//!   "unknown"), description, gdr_friendly}, dev_shm: {size_bytes, available_bytes (null: not
+//!   measurable), warning, error}, dev_infiniband: {present, entries: [string], warning},
+//!   gpu_direct: {plugin_offers_gpu_memory, nvidia_driver_loaded, nvidia_peermem_loaded,
+//!   description}, env: {nccl_net_plugin, nccl_net, nccl_ib_hca, nccl_socket_ifname,
+//!   ferro_ibverbs_lib}}`. `memlock` and `dev_shm` are read under `--root` like the node facts
+//!   (`<proc>/self/limits`, `<proc>/self/status`, the `/dev/shm` entry of `<proc>/self/mounts`);
+//!   their `warning` (and `memlock`'s `note`) is the summary of the `pod.memlock` / `pod.shm` check
+//!   when that check's status is `warning` (`info`), else null: the same judgement, not a second
+//!   one.
 //! - `node`: `{roots: {sys, proc, dev}, kernel (release | null), nvidia: {loaded, version,
 //!   kernel_modules ("open" | "proprietary" | "unknown")}, nvidia_peermem_loaded, nvidia_fs:
 //!   {version} | null, gdrdrv: {version} | null, mofed: {version} | null, iommu ("off" |
@@ -93,14 +100,13 @@ pub use findings::*;
 pub use format::*;
 pub use json::*;
 pub use model::*;
+pub use node::limits::{
+    Limits, MEMLOCK_WARN_BELOW, Memlock, SHM_WARN_BELOW, Shm, ShmProblem, cap_ipc_lock_from_status,
+};
 pub use node::{Check, NodeFacts, Roots, Status, collect_node, node_checks};
 pub use text::*;
 pub use verdict::*;
 
-/// A finite `RLIMIT_MEMLOCK` below this draws a warning: registering large buffers will fail.
-pub const MEMLOCK_WARN_BELOW: u64 = 64 << 20;
-/// A `/dev/shm` smaller than this draws a warning (Docker's default is 64 MiB).
-pub const SHM_WARN_BELOW: u64 = 1 << 30;
 /// The NCCL variables the doctor shows as seen.
 pub const NCCL_ENV_VARS: [&str; 4] = [
     "NCCL_NET_PLUGIN",
@@ -108,8 +114,6 @@ pub const NCCL_ENV_VARS: [&str; 4] = [
     "NCCL_IB_HCA",
     "NCCL_SOCKET_IFNAME",
 ];
-/// Bit of `CAP_IPC_LOCK` in the capability masks of `/proc/self/status`.
-const CAP_IPC_LOCK_BIT: u32 = 14;
 /// Width the text report wraps prose at.
 const WIDTH: usize = 100;
 /// What NCCL does without an RDMA network.

@@ -98,32 +98,15 @@ pub struct Port {
 /// Facts about the host outside the RDMA devices.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostFacts {
-    /// `RLIMIT_MEMLOCK`, or why it could not be read.
-    pub memlock: Result<Memlock, String>,
-    /// Whether `CAP_IPC_LOCK` is effective (`None`: unknown).
-    pub cap_ipc_lock: Option<bool>,
+    /// Locked memory, `CAP_IPC_LOCK` and `/dev/shm`, read under the roots by
+    /// [`node::read_limits`] and judged only by the `pod.memlock` and `pod.shm` checks.
+    pub limits: Limits,
     /// From `/proc/cmdline`; `None` when unreadable.
     pub iommu: Option<IommuMode>,
-    /// `/dev/shm`, or why it could not be measured.
-    pub shm: Result<Shm, String>,
     /// Entries of `/dev/infiniband`; `None` when it does not exist.
     pub dev_infiniband: Option<Vec<String>>,
     pub gpu: GpuFacts,
     pub env: NcclEnv,
-}
-
-/// The locked-memory limit; `None` means unlimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Memlock {
-    pub soft: Option<u64>,
-    pub hard: Option<u64>,
-}
-
-/// Size of `/dev/shm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shm {
-    pub size_bytes: u64,
-    pub available_bytes: u64,
 }
 
 /// Kernel modules that matter for GPUDirect RDMA.

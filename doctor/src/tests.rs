@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::node::fake::{Tree, facts};
 use ferro_verbs::gid::{GidError, select_gid};
 use ferro_verbs::loader::{Capabilities, LoadError};
 use ferro_verbs::sysfs::parse_gid;
@@ -16,7 +17,7 @@ fn entry(index: u32, text: &str, t: GidType, ndev: Option<&str>) -> GidEntry {
     GidEntry::new(index, parse_gid(text).unwrap(), t, ndev.map(str::to_string))
 }
 
-fn rxe_port() -> Port {
+pub(crate) fn rxe_port() -> Port {
     let gids = vec![
         entry(0, "::ffff:127.0.0.1", GidType::RoceV1, Some("lo")),
         entry(1, "::ffff:127.0.0.1", GidType::RoceV2, Some("lo")),
@@ -39,7 +40,7 @@ fn rxe_port() -> Port {
     }
 }
 
-fn device(name: &str, ports: Vec<Port>) -> Device {
+pub(crate) fn device(name: &str, ports: Vec<Port>) -> Device {
     Device {
         name: name.into(),
         listed_by_verbs: true,
@@ -58,18 +59,20 @@ fn device(name: &str, ports: Vec<Port>) -> Device {
     }
 }
 
-fn host() -> HostFacts {
+pub(crate) fn host() -> HostFacts {
     HostFacts {
-        memlock: Ok(Memlock {
-            soft: None,
-            hard: None,
-        }),
-        cap_ipc_lock: Some(false),
+        limits: Limits {
+            memlock: Ok(Memlock {
+                soft: None,
+                hard: None,
+            }),
+            cap_ipc_lock: Some(false),
+            shm: Ok(Shm {
+                size_bytes: 16 << 30,
+                available_bytes: Some(16 << 30),
+            }),
+        },
         iommu: Some(IommuMode::Passthrough),
-        shm: Ok(Shm {
-            size_bytes: 16 << 30,
-            available_bytes: 16 << 30,
-        }),
         dev_infiniband: Some(vec!["rdma_cm".into(), "uverbs0".into()]),
         gpu: GpuFacts::default(),
         env: NcclEnv {
@@ -79,7 +82,7 @@ fn host() -> HostFacts {
     }
 }
 
-fn report(devices: Vec<Device>) -> Report {
+pub(crate) fn report(devices: Vec<Device>) -> Report {
     Report {
         plugin_name: "Ferro".into(),
         plugin_version: "0.1.0".into(),
@@ -116,7 +119,7 @@ fn down_port() -> Port {
 }
 
 /// Whitespace-normalised text, so wrapping does not matter to `contains`.
-fn squash(s: &str) -> String {
+pub(crate) fn squash(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -480,7 +483,7 @@ fn json_has_the_documented_keys_and_is_valid() {
 fn json_for_a_host_without_rdma() {
     let mut r = report(Vec::new());
     r.host.dev_infiniband = None;
-    r.host.memlock = Ok(Memlock {
+    r.host.limits.memlock = Ok(Memlock {
         soft: Some(8 << 20),
         hard: Some(8 << 20),
     });
@@ -506,68 +509,6 @@ fn json_for_a_host_without_rdma() {
         v["host"]["dev_infiniband"]["warning"].is_null(),
         "no RDMA at all: absence is expected"
     );
-}
-
-#[test]
-fn memlock_thresholds() {
-    assert_eq!(memlock_finding(None, Some(false)), None, "unlimited");
-    assert_eq!(
-        memlock_finding(Some(MEMLOCK_WARN_BELOW), Some(false)),
-        None,
-        "at the threshold"
-    );
-    assert_eq!(memlock_finding(Some(1 << 40), None), None);
-    let f = memlock_finding(Some(MEMLOCK_WARN_BELOW - 1), None).unwrap();
-    assert_eq!(f.level, Level::Warning);
-    let f = memlock_finding(Some(8 << 20), Some(false)).unwrap();
-    assert_eq!(f.level, Level::Warning);
-    assert!(
-        f.text.contains("8 MiB") && f.text.contains("--ulimit memlock=-1"),
-        "{}",
-        f.text
-    );
-    let f = memlock_finding(Some(64 << 10), Some(true)).unwrap();
-    assert_eq!(
-        f.level,
-        Level::Note,
-        "CAP_IPC_LOCK lifts the limit for RDMA pinning"
-    );
-    // Rendered under the limit line and counted among warnings.
-    let mut r = report(vec![device("rxe0", vec![rxe_port()])]);
-    r.host.memlock = Ok(Memlock {
-        soft: Some(8 << 20),
-        hard: None,
-    });
-    let text = render_text(&r);
-    assert!(
-        text.contains("locked memory (RLIMIT_MEMLOCK): 8 MiB (hard limit unlimited)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("    warning: locked-memory limit 8 MiB"),
-        "{text}"
-    );
-    assert_eq!(warnings(&r).len(), 1);
-    assert!(
-        overall(&r).summary.ends_with("(1 warning above)"),
-        "{}",
-        overall(&r).summary
-    );
-}
-
-#[test]
-fn shm_thresholds() {
-    assert_eq!(shm_finding(SHM_WARN_BELOW), None);
-    assert_eq!(shm_finding(64 << 30), None);
-    let f = shm_finding(64 << 20).unwrap();
-    assert_eq!(f.level, Level::Warning);
-    assert!(
-        f.text.starts_with("/dev/shm is 64 MiB (below 1 GiB)"),
-        "{}",
-        f.text
-    );
-    assert!(f.text.contains("--shm-size"), "{}", f.text);
-    assert!(shm_finding(SHM_WARN_BELOW - 1).is_some());
 }
 
 #[test]
@@ -598,24 +539,6 @@ fn environment_findings() {
         env_findings(&ours, "Ferro").is_empty(),
         "NCCL_NET matches case-insensitively"
     );
-}
-
-#[test]
-fn cap_eff_parsing() {
-    assert_eq!(
-        cap_ipc_lock_from_status("Name:\tx\nCapEff:\t000001ffffffffff\n"),
-        Some(true)
-    );
-    assert_eq!(
-        cap_ipc_lock_from_status("CapEff:\t00000000a80425fb\n"),
-        Some(false),
-        "Docker's default set"
-    );
-    assert_eq!(
-        cap_ipc_lock_from_status("CapEff:\t0000000000004000\n"),
-        Some(true)
-    );
-    assert_eq!(cap_ipc_lock_from_status("Name:\tx\n"), None);
 }
 
 #[test]
@@ -722,7 +645,7 @@ fn wrapping_keeps_words_and_indents() {
 
 #[test]
 fn a_failed_node_check_makes_the_exit_status_3_and_shows_in_every_renderer() {
-    use crate::node::fake::{Tree, X16_GEN4, facts};
+    use crate::node::fake::X16_GEN4;
     let t = Tree::new();
     t.kernel("5.15.0-105-generic");
     t.nvidia(false, "535.161.08");

@@ -1,5 +1,6 @@
 //! The text report (the screen).
 
+use crate::node::limits::unlimited_or_bytes;
 use crate::*;
 use ferro_verbs::loader::LIB_ENV;
 use ferro_verbs::sysfs::{GidEntry, format_guid};
@@ -39,9 +40,9 @@ pub fn render_text(r: &Report) -> String {
     o.push_str("\nHost\n");
     render_host(&mut o, r);
 
-    if let Some(f) = &r.node {
+    if r.node.is_some() {
         o.push_str("\nGPUDirect RDMA, node and pod\n");
-        node::render_node_text(&mut o, &node_checks(f));
+        node::render_node_text(&mut o, &report_checks(r));
     }
 
     o.push_str("\nVerdict\n");
@@ -205,17 +206,15 @@ pub fn gid_table(p: &Port) -> String {
 
 pub(crate) fn render_host(o: &mut String, r: &Report) {
     let h = &r.host;
-    match &h.memlock {
+    let l = &h.limits;
+    match &l.memlock {
         Ok(m) => {
-            let soft = m.soft.map_or("unlimited".to_string(), format_bytes);
-            let hard = m.hard.map_or("unlimited".to_string(), format_bytes);
             let _ = writeln!(
                 o,
-                "  locked memory (RLIMIT_MEMLOCK): {soft} (hard limit {hard})"
+                "  locked memory (RLIMIT_MEMLOCK): {} (hard limit {})",
+                unlimited_or_bytes(m.soft),
+                unlimited_or_bytes(m.hard)
             );
-            if let Some(f) = memlock_finding(m.soft, h.cap_ipc_lock) {
-                render_finding(o, &f);
-            }
         }
         Err(e) => {
             let _ = writeln!(o, "  locked memory (RLIMIT_MEMLOCK): unknown ({e})");
@@ -225,17 +224,12 @@ pub(crate) fn render_host(o: &mut String, r: &Report) {
         Some(m) => wrap(o, "  ", "    ", &m.describe()),
         None => o.push_str("  IOMMU: unknown (cannot read /proc/cmdline)\n"),
     }
-    match &h.shm {
+    match &l.shm {
         Ok(s) => {
-            let _ = writeln!(
-                o,
-                "  /dev/shm: {} ({} free)",
-                format_bytes(s.size_bytes),
-                format_bytes(s.available_bytes)
-            );
-            if let Some(f) = shm_finding(s.size_bytes) {
-                render_finding(o, &f);
-            }
+            let free = s
+                .available_bytes
+                .map_or(String::new(), |f| format!(" ({} free)", format_bytes(f)));
+            let _ = writeln!(o, "  /dev/shm: {}{free}", format_bytes(s.size_bytes));
         }
         Err(e) => {
             let _ = writeln!(o, "  /dev/shm: {e}");

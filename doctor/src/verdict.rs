@@ -169,14 +169,18 @@ pub fn exit_code(r: &Report) -> u8 {
     }
 }
 
-/// The node and pod checks of the report (empty when not collected).
+/// The node and pod checks of the report, the host's locked memory and `/dev/shm` judged among
+/// them (empty when the node facts were not collected).
 pub fn report_checks(r: &Report) -> Vec<Check> {
-    r.node.as_ref().map(node_checks).unwrap_or_default()
+    r.node
+        .as_ref()
+        .map(|f| node_checks(f, &r.host.limits))
+        .unwrap_or_default()
 }
 
 /// The worst status of the node and pod checks (`None`: not collected).
 pub fn node_status(r: &Report) -> Option<Status> {
-    r.node.as_ref().map(|f| node::worst(&node_checks(f)))
+    r.node.as_ref().map(|_| node::worst(&report_checks(r)))
 }
 
 /// One line on the node and pod checks, for the verdict (`None`: not collected).
@@ -265,12 +269,6 @@ pub fn warnings(r: &Report) -> Vec<String> {
 pub fn host_findings(r: &Report) -> Vec<Finding> {
     let h = &r.host;
     let mut out = Vec::new();
-    if let Ok(m) = &h.memlock {
-        out.extend(memlock_finding(m.soft, h.cap_ipc_lock));
-    }
-    if let Ok(s) = &h.shm {
-        out.extend(shm_finding(s.size_bytes));
-    }
     out.extend(dev_infiniband_finding(
         h.dev_infiniband.is_some(),
         !r.devices.is_empty(),

@@ -1,5 +1,6 @@
 //! The binary with `--root`: the node and pod checks read the given tree (not the host's /sys,
-//! /proc and /dev), and the JSON report carries them with the documented keys.
+//! /proc and /dev), and the JSON report carries them with the documented keys; the locked-memory
+//! and `/dev/shm` facts of the `host` object come from the tree too, and are judged once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -48,4 +49,59 @@ fn the_doctor_reads_node_facts_under_root_and_reports_them_in_json() {
     let code = out.status.code().unwrap();
     assert_eq!(v["verdict"]["exit_code"], code);
     assert!(code == 1 || code == 3, "exit status {code}");
+}
+
+#[test]
+fn locked_memory_and_dev_shm_are_read_under_root_and_each_judged_once() {
+    let t = tempfile::tempdir().unwrap();
+    let w = |rel: &str, text: &str| {
+        let p = t.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    // Values no real process here is likely to have, so they can only come from the tree.
+    w(
+        "proc/self/limits",
+        "Limit                     Soft Limit           Hard Limit           Units\n\
+         Max locked memory         196608               393216               bytes\n",
+    );
+    w(
+        "proc/self/status",
+        "Name:\tdoctor\nCapEff:\t0000000000000000\n",
+    );
+    w(
+        "proc/self/mounts",
+        "tmpfs /dev/shm tmpfs rw,size=98304k 0 0\n",
+    );
+    std::fs::create_dir_all(t.path().join("sys")).unwrap();
+    std::fs::create_dir_all(t.path().join("dev")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nccl-net-doctor"))
+        .args(["--json", "--root"])
+        .arg(t.path())
+        .output()
+        .expect("run the doctor");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let memlock = &v["host"]["memlock"];
+    assert_eq!(
+        (&memlock["soft_bytes"], &memlock["hard_bytes"]),
+        (&196_608.into(), &393_216.into()),
+        "{memlock}"
+    );
+    assert_eq!(memlock["cap_ipc_lock"], false);
+    assert_eq!(v["host"]["dev_shm"]["size_bytes"], 96u64 << 20);
+    let checks = v["node"]["checks"].as_array().unwrap();
+    for (id, needle) in [
+        ("pod.memlock", "locked memory is limited to 192 KiB"),
+        ("pod.shm", "/dev/shm is 96 MiB"),
+    ] {
+        let judged: Vec<&serde_json::Value> = checks.iter().filter(|c| c["id"] == id).collect();
+        assert_eq!(judged.len(), 1, "{id}: {judged:?}");
+        assert_eq!(judged[0]["status"], "warning", "{id}");
+        let warnings = v["warnings"].as_array().unwrap();
+        let found = warnings
+            .iter()
+            .filter(|w| w.as_str().unwrap().contains(needle))
+            .count();
+        assert_eq!(found, 1, "{needle:?} in {warnings:?}");
+    }
 }

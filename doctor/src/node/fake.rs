@@ -242,3 +242,9 @@ pub(crate) fn facts(t: &Tree, addrs: Vec<IfAddr>, env: &[(&str, &str)]) -> NodeF
         env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
     })
 }
+
+/// The checks of `f`, a fake tree's facts, with the locked-memory and `/dev/shm` facts read from
+/// the same tree (the report keeps those with its host facts).
+pub(crate) fn checks(f: &NodeFacts) -> Vec<Check> {
+    node_checks(f, &read_limits(&f.roots))
+}

@@ -60,7 +60,7 @@ pub fn read_iommu(roots: &Roots, devices: &[&PciFn]) -> IommuFacts {
     let units = pci::dir_names(&roots.sys.join("class/iommu"));
     let group_types: Vec<(String, String)> = devices
         .iter()
-        .filter_map(|d| d.iommu_group_type.clone().map(|t| (d.bdf.clone(), t)))
+        .filter_map(|d| d.iommu_group_type.clone().map(|t| (d.bdf.to_string(), t)))
         .collect();
     let state = decide_state(cmdline.as_ref(), &units, &group_types);
     IommuFacts {

@@ -3,18 +3,21 @@
 //!
 //! Same layers as the rest of the doctor: [`collect_node`] gathers [`NodeFacts`] from a `/sys`,
 //! `/proc` and `/dev` root (so tests use fake trees) plus the interface addresses
-//! (`getifaddrs`, passed in); [`node_checks`] turns them into [`Check`]s, each with its evidence
-//! and its fix; the renderers show them (`text.rs`, `json.rs`).
+//! (`getifaddrs`, passed in), and [`read_limits`] the locked-memory and `/dev/shm` facts the
+//! report keeps with its host facts; [`node_checks`] turns both into [`Check`]s, each with its
+//! evidence and its fix; the renderers show them (`text.rs`, `json.rs`).
 //!
 //! Concepts: [`gpu`] (NVIDIA kernel modules: open or proprietary, nvidia-peermem, nvidia-fs,
 //! gdrdrv; which GPUDirect RDMA path NCCL would use), [`iommu`] (mode from the command line and
 //! sysfs), [`pci`] (facts) and [`topology`] (NCCL distance, ACS, links, SR-IOV), [`pod`] (the
-//! pod's view: interfaces, `/dev/infiniband`, capabilities, `/dev/shm`, container).
+//! pod's view: interfaces, `/dev/infiniband`, container), [`limits`] (locked memory,
+//! `CAP_IPC_LOCK` and `/dev/shm`: their one reader and their one judgement).
 
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod gpu;
 pub mod iommu;
+pub mod limits;
 pub mod pci;
 pub mod pod;
 pub mod render;
@@ -24,6 +27,7 @@ pub mod topology;
 
 pub use gpu::{Flavor, NvidiaDriver};
 pub use iommu::{IommuFacts, IommuState};
+pub use limits::{Limits, Memlock, Shm, ShmProblem, read_limits};
 pub use pci::{Distance, PciFn};
 pub use pod::PodFacts;
 pub use render::{check_json, node_json, render_node_text};
@@ -234,13 +238,14 @@ pub fn collect_node(
     }
 }
 
-/// Every check, in display order.
-pub fn node_checks(f: &NodeFacts) -> Vec<Check> {
+/// Every check, in display order; `limits` (read by [`read_limits`]) are judged among the pod
+/// checks.
+pub fn node_checks(f: &NodeFacts, limits: &Limits) -> Vec<Check> {
     let mut out = gpu::gdr_checks(f);
     out.push(iommu::iommu_check(f));
     out.extend(gpu::gds_checks(f));
     out.extend(topology::topology_checks(f));
-    out.extend(pod::pod_checks(f));
+    out.extend(pod::pod_checks(f, limits));
     out
 }
 

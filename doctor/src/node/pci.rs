@@ -9,6 +9,7 @@
 //! `PIX` through one switch, `PXB` through several switches, `PHB` through the CPU (root
 //! complex), `SYS` across CPUs (NUMA nodes).
 
+use ferro_verbs::sysfs::PciAddr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -32,7 +33,7 @@ pub struct Link {
 /// A bridge on the way up from a device (switch port or root port).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bridge {
-    pub bdf: String,
+    pub bdf: PciAddr,
     /// The ACS control register, when config space shows an ACS capability (`None`: no ACS
     /// capability or config space not readable beyond 256 bytes, e.g. without root).
     pub acs_ctl: Option<u16>,
@@ -42,7 +43,7 @@ pub struct Bridge {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PciFn {
     /// `0000:41:00.0`.
-    pub bdf: String,
+    pub bdf: PciAddr,
     /// Path components under `devices/`, root complex first, this function last:
     /// `["pci0000:40", "0000:40:01.1", "0000:41:00.0"]`.
     pub path: Vec<String>,
@@ -125,7 +126,7 @@ pub fn read_pci_fn(sys: &Path, link: &Path) -> Option<PciFn> {
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    let bdf = path.last().filter(|n| is_bdf(n))?.clone();
+    let bdf: PciAddr = path.last()?.parse().ok()?;
     let hex = |name: &str| read(&real.join(name)).and_then(|s| parse_hex(&s));
     let link_info = Link {
         speed_gts: read(&real.join("current_link_speed")).and_then(|s| parse_speed(&s)),
@@ -143,11 +144,11 @@ pub fn read_pci_fn(sys: &Path, link: &Path) -> Option<PciFn> {
     let mut dir = real.clone();
     for comp in path.iter().rev().skip(1) {
         dir.pop();
-        if !is_bdf(comp) {
+        let Ok(bdf) = comp.parse::<PciAddr>() else {
             break;
-        }
+        };
         bridges.push(Bridge {
-            bdf: comp.clone(),
+            bdf,
             acs_ctl: std::fs::read(dir.join("config"))
                 .ok()
                 .and_then(|c| acs_control(&c)),
@@ -180,7 +181,7 @@ pub fn list_gpus(sys: &Path) -> Vec<PciFn> {
         .filter_map(|e| read_pci_fn(sys, &e.path()))
         .filter(|f| f.vendor == Some(NVIDIA_VENDOR) && f.class.is_some_and(|c| c >> 16 == 0x03))
         .collect();
-    gpus.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+    gpus.sort_by_key(|g| g.bdf);
     gpus
 }
 
@@ -213,10 +214,10 @@ fn nccl_parents(path: &[String]) -> (Vec<String>, String) {
     let mut i = path.len().saturating_sub(1);
     loop {
         // Skip one level (a downstream port, or the root port), keep the next.
-        if i < 2 || !is_bdf(&path[i - 1]) || !is_bdf(&path[i - 2]) {
+        if i < 2 || !PciAddr::is_pci_addr(&path[i - 1]) || !PciAddr::is_pci_addr(&path[i - 2]) {
             let root = path
                 .iter()
-                .find(|c| !is_bdf(c))
+                .find(|c| !PciAddr::is_pci_addr(c))
                 .cloned()
                 .unwrap_or_default();
             return (switches, root);
@@ -272,18 +273,6 @@ pub fn acs_control(config: &[u8]) -> Option<u16> {
         off = next;
     }
     None
-}
-
-/// `0000:41:00.0`.
-pub fn is_bdf(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 12
-        && b[4] == b':'
-        && b[7] == b':'
-        && b[10] == b'.'
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
 }
 
 /// `16.0 GT/s PCIe` → 16.0; `Unknown` → `None`.

@@ -36,7 +36,7 @@ pub fn node_json(f: &NodeFacts, checks: &[Check]) -> Value {
     let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
     let pci = |p: &PciFn| {
         json!({
-            "bdf": p.bdf,
+            "bdf": p.bdf.to_string(),
             "numa_node": p.numa,
             "driver": p.driver,
             "link": {

@@ -14,6 +14,7 @@
 //! - [`model`]: devices, ports, port state, link layer, rate;
 //! - [`read`]: reading the tree;
 //! - [`parse`]: small parsers of sysfs text;
+//! - [`pci`]: PCI addresses ([`PciAddr`]), the one parser of `dddd:bb:dd.f` (the doctor uses it too);
 //! - [`speed`]: link speed decoding;
 //! - [`host`]: the IOMMU mode;
 //! - GID types live with GID selection in [`crate::gid`] and are re-exported here.
@@ -22,6 +23,7 @@ mod error;
 mod host;
 mod model;
 mod parse;
+pub mod pci;
 mod read;
 mod speed;
 
@@ -35,5 +37,6 @@ pub use error::SysfsError;
 pub use host::{IommuMode, iommu_mode, read_cmdline};
 pub use model::{LinkLayer, PortState, Rate, SysDevice, SysPort};
 pub use parse::{format_guid, parse_guid};
+pub use pci::{PciAddr, PciAddrError};
 pub use read::{list_devices, list_devices_with, read_device, read_device_with};
 pub use speed::{ib_speed_mbps, lane_speed_mbps, speed_name, width_lanes};

@@ -2,7 +2,8 @@
 //! link layer and rate.
 
 use super::GidEntry;
-use super::parse::{is_pci_bdf, leading_number};
+use super::PciAddr;
+use super::parse::leading_number;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -38,7 +39,7 @@ impl SysDevice {
             .as_deref()
             .and_then(Path::file_name)
             .and_then(|n| n.to_str())
-            .filter(|n| is_pci_bdf(n))
+            .filter(|n| PciAddr::is_pci_addr(n))
     }
 
     /// The port with number `num`, if present.

@@ -1,4 +1,4 @@
-//! Small parsers for sysfs text: GUIDs, LIDs, leading numbers, PCI addresses.
+//! Small parsers for sysfs text: GUIDs, LIDs, leading numbers (PCI addresses: [`super::pci`]).
 
 /// Parses a GUID as sysfs prints it (`0011:2233:4455:6677`, 4 groups of up to 4 hex digits),
 /// big-endian as printed.
@@ -42,16 +42,4 @@ pub(super) fn leading_number(text: &str) -> Option<u8> {
     let t = text.trim();
     let head = t.split(':').next().unwrap_or(t).trim();
     head.parse().ok()
-}
-
-/// `dddd:bb:dd.f` (PCI domain:bus:device.function).
-pub(super) fn is_pci_bdf(name: &str) -> bool {
-    let b = name.as_bytes();
-    b.len() == 12
-        && b[4] == b':'
-        && b[7] == b':'
-        && b[10] == b'.'
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
 }

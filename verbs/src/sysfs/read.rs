@@ -1,7 +1,7 @@
 //! Reading the tree: devices, ports, GID tables, forgiving per file (a problem becomes a note on
 //! the device, not an error).
 
-use super::parse::{is_pci_bdf, parse_guid, parse_lid};
+use super::parse::{parse_guid, parse_lid};
 use super::*;
 use std::fs;
 use std::io;
@@ -163,7 +163,7 @@ fn resolve_pci_path(link: &Path, notes: &mut Vec<String>) -> Option<PathBuf> {
         Ok(p) => {
             let is_pci = p
                 .components()
-                .any(|c| c.as_os_str().to_str().is_some_and(is_pci_bdf));
+                .any(|c| c.as_os_str().to_str().is_some_and(PciAddr::is_pci_addr));
             is_pci.then_some(p)
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
