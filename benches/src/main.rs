@@ -1,4 +1,5 @@
-//! `ferro-bench`: micro-benchmark of an ncclNet v8 plugin between two processes.
+//! Test side, the benchmark `ferro-bench`: micro-benchmark of an ncclNet v8 plugin between two
+//! processes.
 //!
 //! The plugin is loaded as NCCL loads it (`dlopen(RTLD_NOW | RTLD_LOCAL)`, `dlsym
 //! ("ncclNetPlugin_v8")`) and called only through its table. See `ferro-bench --help`.

@@ -1,11 +1,11 @@
 //! The benchmark's view of the plugin: loaded and called through the shared client
-//! (`ferro_client::loader` and `ferro_client::raw`, as the harness and the in-process tests do),
+//! (`ferro_nccl_standin::loader` and `ferro_nccl_standin::raw`, as the harness and the in-process tests do),
 //! with comms, memory handles and requests carried in small `Copy` newtypes for the timed loops.
 //! Every failed call becomes an error naming the call.
 
 use crate::error::{Error, Result};
 use core::ffi::{CStr, c_char, c_int, c_void};
-use ferro_client::raw;
+use ferro_nccl_standin::raw;
 use ferro_ffi::{
     FerroNetStatsFn, NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST, ferroNetStats_v1_t, ncclNet_v8_t,
     ncclNetProperties_v8_t,
@@ -65,7 +65,7 @@ impl Net {
     /// `dlopen(path, RTLD_NOW | RTLD_LOCAL)` and `dlsym("ncclNetPlugin_v8")`, as NCCL does (the
     /// shared client's loader).
     pub(crate) fn load(path: &Path) -> Result<Net> {
-        let table = *ferro_client::loader::open_plugin(path).map_err(Error::new)?;
+        let table = *ferro_nccl_standin::loader::open_plugin(path).map_err(Error::new)?;
         let name = if table.name.is_null() {
             "(unnamed)".to_string()
         } else {
@@ -76,7 +76,7 @@ impl Net {
         };
         Ok(Net {
             table,
-            stats: ferro_client::loader::stats_fn(path),
+            stats: ferro_nccl_standin::loader::stats_fn(path),
             path: path.to_path_buf(),
             name,
         })
@@ -302,12 +302,12 @@ fn cstr_or(p: *const c_char, dflt: &str) -> String {
 
 /// Lower-case hex of a handle (the shared client's form).
 pub(crate) fn handle_to_hex(h: &Handle) -> String {
-    ferro_client::Handle(*h).to_hex()
+    ferro_nccl_standin::Handle(*h).to_hex()
 }
 
 /// Parses 256 hex digits into a handle.
 pub(crate) fn handle_from_hex(s: &str) -> Result<Handle> {
-    ferro_client::Handle::from_hex(s)
+    ferro_nccl_standin::Handle::from_hex(s)
         .map(|h| h.0)
         .map_err(Error::new)
 }

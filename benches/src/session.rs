@@ -13,7 +13,7 @@
 use crate::error::{Context as _, Error, Result};
 use crate::net::{Comm, DevProps, Handle, ListenComm, Mr, Net, Req};
 use core::ffi::c_int;
-use ferro_client::mapped::HostBuf;
+use ferro_nccl_standin::mapped::HostBuf;
 use std::time::{Duration, Instant};
 
 /// Tag of control messages and of the handle exchange.

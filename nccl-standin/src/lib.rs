@@ -1,5 +1,6 @@
-//! The one client of the plugin's function tables (any ABI version, v7 to v12), shared by the dlopen harness (`ferro-tests`),
-//! the benchmark (`ferro-bench`) and the in-process tests of the plugin crate.
+//! Test side, the stand-in for NCCL: the one caller of the plugin's function tables (any ABI
+//! version, v7 to v12), shared by the dlopen harness (`ferro-tests`), the benchmark
+//! (`ferro-bench`) and the in-process tests of the plugin crate.
 //!
 //! - [`loader`]: `dlopen(path, RTLD_NOW|RTLD_LOCAL)` and `dlsym("ncclNetPlugin_v<N>")`, as NCCL
 //!   loads a plugin, with `dlerror` text in the errors;
