@@ -34,6 +34,18 @@ impl From<String> for Error {
     }
 }
 
+/// A failed plugin call names the call; the plugin's own WARN lines say why.
+impl From<ferro_nccl_standin::HarnessError> for Error {
+    fn from(e: ferro_nccl_standin::HarnessError) -> Error {
+        match e {
+            ferro_nccl_standin::HarnessError::Nccl { call, code } => Error(format!(
+                "plugin call {call} failed with {code:?} (see the plugin's WARN lines above)"
+            )),
+            other => Error(other.to_string()),
+        }
+    }
+}
+
 /// Adds context to any error that can be displayed.
 pub(crate) trait Context<T> {
     fn ctx(self, what: impl fmt::Display) -> Result<T>;

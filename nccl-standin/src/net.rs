@@ -11,14 +11,13 @@ use crate::buffer::Buffer;
 use crate::error::{HResult, HarnessError, NcclExt};
 use crate::handle::Handle;
 use crate::logger;
-use crate::raw::{self, AnyProps};
+use crate::props::{AnyProps, VDevs, WideProps};
+use crate::raw;
 use crate::table::Table;
 use core::ffi::{CStr, c_char, c_int, c_void};
 use ferro_ffi::{
-    AbiVersion, NCCL_NET_TRAFFIC_CLASS_UNDEF, ncclDebugLogger_t, ncclNetProperties_v7_t,
-    ncclNetProperties_v8_t, ncclNetProperties_v9_t, ncclNetProperties_v11_t,
-    ncclNetProperties_v12_t, ncclNetVDeviceProps_v9_t, ncclNetVDeviceProps_v12_t,
-    ncclProfilerCallback_t, ncclResult_t,
+    AbiVersion, FerroNetStatsFn, NCCL_NET_TRAFFIC_CLASS_UNDEF, ferroNetStats_v1_t,
+    ncclDebugLogger_t, ncclProfilerCallback_t, ncclResult_t,
 };
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -140,13 +139,13 @@ pub const PROP_UNSET_BYTES: usize = 0x5a5a_5a5a_5a5a_5a5a;
 pub const PROP_UNSET_I16: i16 = -0x5a5b;
 
 impl Properties {
-    fn unset_v8() -> ncclNetProperties_v8_t {
-        ncclNetProperties_v8_t {
+    /// The version's layout with every field at its "unset" marker.
+    fn unset_raw(version: AbiVersion) -> AnyProps {
+        let unset = WideProps {
             name: std::ptr::null_mut(),
             pciPath: std::ptr::null_mut(),
             guid: 0x5a5a_5a5a_5a5a_5a5a,
             ptrSupport: PROP_UNSET,
-            regIsGlobal: PROP_UNSET,
             speed: PROP_UNSET,
             port: PROP_UNSET,
             latency: f32::NAN,
@@ -154,157 +153,46 @@ impl Properties {
             maxRecvs: PROP_UNSET,
             netDeviceType: PROP_UNSET,
             netDeviceVersion: PROP_UNSET,
-        }
-    }
-
-    /// The version's layout with every field at its "unset" marker.
-    fn unset_raw(version: AbiVersion) -> AnyProps {
-        let b = Self::unset_v8();
-        let v9 = ncclNetProperties_v9_t {
-            name: b.name,
-            pciPath: b.pciPath,
-            guid: b.guid,
-            ptrSupport: b.ptrSupport,
-            regIsGlobal: b.regIsGlobal,
-            forceFlush: PROP_UNSET,
-            speed: b.speed,
-            port: b.port,
-            latency: b.latency,
-            maxComms: b.maxComms,
-            maxRecvs: b.maxRecvs,
-            netDeviceType: b.netDeviceType,
-            netDeviceVersion: b.netDeviceVersion,
-            vProps: ncclNetVDeviceProps_v9_t {
+            regIsGlobal: Some(PROP_UNSET),
+            forceFlush: Some(PROP_UNSET),
+            vProps: Some(VDevs {
                 ndevs: PROP_UNSET,
-                devs: [PROP_UNSET; 4],
-            },
-            maxP2pBytes: PROP_UNSET_BYTES,
-            maxCollBytes: PROP_UNSET_BYTES,
+                devs: [PROP_UNSET; 8],
+                capacity: 8,
+            }),
+            maxP2pBytes: Some(PROP_UNSET_BYTES),
+            maxCollBytes: Some(PROP_UNSET_BYTES),
+            maxMultiRequestSize: Some(PROP_UNSET),
+            railId: Some(PROP_UNSET_I16),
+            planeId: Some(PROP_UNSET_I16),
         };
-        match version {
-            AbiVersion::V7 => AnyProps::V7(ncclNetProperties_v7_t {
-                name: b.name,
-                pciPath: b.pciPath,
-                guid: b.guid,
-                ptrSupport: b.ptrSupport,
-                speed: b.speed,
-                port: b.port,
-                latency: b.latency,
-                maxComms: b.maxComms,
-                maxRecvs: b.maxRecvs,
-                netDeviceType: b.netDeviceType,
-                netDeviceVersion: b.netDeviceVersion,
-            }),
-            AbiVersion::V8 => AnyProps::V8(b),
-            AbiVersion::V9 | AbiVersion::V10 => AnyProps::V9(v9),
-            AbiVersion::V11 => AnyProps::V11(ncclNetProperties_v11_t {
-                name: b.name,
-                pciPath: b.pciPath,
-                guid: b.guid,
-                ptrSupport: b.ptrSupport,
-                regIsGlobal: b.regIsGlobal,
-                forceFlush: PROP_UNSET,
-                speed: b.speed,
-                port: b.port,
-                latency: b.latency,
-                maxComms: b.maxComms,
-                maxRecvs: b.maxRecvs,
-                netDeviceType: b.netDeviceType,
-                netDeviceVersion: b.netDeviceVersion,
-                vProps: v9.vProps,
-                maxP2pBytes: PROP_UNSET_BYTES,
-                maxCollBytes: PROP_UNSET_BYTES,
-                maxMultiRequestSize: PROP_UNSET,
-            }),
-            AbiVersion::V12 => AnyProps::V12(ncclNetProperties_v12_t {
-                name: b.name,
-                pciPath: b.pciPath,
-                guid: b.guid,
-                ptrSupport: b.ptrSupport,
-                regIsGlobal: b.regIsGlobal,
-                forceFlush: PROP_UNSET,
-                speed: b.speed,
-                port: b.port,
-                latency: b.latency,
-                maxComms: b.maxComms,
-                maxRecvs: b.maxRecvs,
-                netDeviceType: b.netDeviceType,
-                netDeviceVersion: b.netDeviceVersion,
-                vProps: ncclNetVDeviceProps_v12_t {
-                    ndevs: PROP_UNSET,
-                    devs: [PROP_UNSET; 8],
-                },
-                maxP2pBytes: PROP_UNSET_BYTES,
-                maxCollBytes: PROP_UNSET_BYTES,
-                maxMultiRequestSize: PROP_UNSET,
-                railId: PROP_UNSET_I16,
-                planeId: PROP_UNSET_I16,
-            }),
-        }
+        AnyProps::narrow(version, &unset)
     }
 
     /// The copied form of what the plugin wrote (fields the version lacks are `None`; v7 has no
     /// `regIsGlobal`, reported as 0 as NCCL's adapters do).
     fn from_raw(p: &AnyProps) -> Properties {
-        macro_rules! common {
-            ($q:expr, $reg:expr) => {
-                Properties {
-                    name: c_string($q.name),
-                    pci_path: c_string($q.pciPath),
-                    guid: $q.guid,
-                    ptr_support: $q.ptrSupport,
-                    reg_is_global: $reg,
-                    speed: $q.speed,
-                    port: $q.port,
-                    latency: $q.latency,
-                    max_comms: $q.maxComms,
-                    max_recvs: $q.maxRecvs,
-                    net_device_type: $q.netDeviceType,
-                    net_device_version: $q.netDeviceVersion,
-                    force_flush: None,
-                    vdevs: None,
-                    max_p2p_bytes: None,
-                    max_coll_bytes: None,
-                    max_multi_request_size: None,
-                    rail_id: None,
-                    plane_id: None,
-                }
-            };
-        }
-        fn members(ndevs: c_int, devs: &[c_int]) -> Vec<c_int> {
-            match usize::try_from(ndevs) {
-                Ok(n) if n <= devs.len() => devs[..n].to_vec(),
-                _ => vec![ndevs],
-            }
-        }
-        match p {
-            AnyProps::V7(q) => common!(q, 0),
-            AnyProps::V8(q) => common!(q, q.regIsGlobal),
-            AnyProps::V9(q) => Properties {
-                force_flush: Some(q.forceFlush),
-                vdevs: Some(members(q.vProps.ndevs, &q.vProps.devs)),
-                max_p2p_bytes: Some(q.maxP2pBytes),
-                max_coll_bytes: Some(q.maxCollBytes),
-                ..common!(q, q.regIsGlobal)
-            },
-            AnyProps::V11(q) => Properties {
-                force_flush: Some(q.forceFlush),
-                vdevs: Some(members(q.vProps.ndevs, &q.vProps.devs)),
-                max_p2p_bytes: Some(q.maxP2pBytes),
-                max_coll_bytes: Some(q.maxCollBytes),
-                max_multi_request_size: Some(q.maxMultiRequestSize),
-                ..common!(q, q.regIsGlobal)
-            },
-            AnyProps::V12(q) => Properties {
-                force_flush: Some(q.forceFlush),
-                vdevs: Some(members(q.vProps.ndevs, &q.vProps.devs)),
-                max_p2p_bytes: Some(q.maxP2pBytes),
-                max_coll_bytes: Some(q.maxCollBytes),
-                max_multi_request_size: Some(q.maxMultiRequestSize),
-                rail_id: Some(q.railId),
-                plane_id: Some(q.planeId),
-                ..common!(q, q.regIsGlobal)
-            },
+        let w = p.widen();
+        Properties {
+            name: c_string(w.name),
+            pci_path: c_string(w.pciPath),
+            guid: w.guid,
+            ptr_support: w.ptrSupport,
+            reg_is_global: w.regIsGlobal.unwrap_or(0),
+            speed: w.speed,
+            port: w.port,
+            latency: w.latency,
+            max_comms: w.maxComms,
+            max_recvs: w.maxRecvs,
+            net_device_type: w.netDeviceType,
+            net_device_version: w.netDeviceVersion,
+            force_flush: w.forceFlush,
+            vdevs: w.vProps.map(|v| v.members()),
+            max_p2p_bytes: w.maxP2pBytes,
+            max_coll_bytes: w.maxCollBytes,
+            max_multi_request_size: w.maxMultiRequestSize,
+            rail_id: w.railId,
+            plane_id: w.planeId,
         }
     }
 
@@ -391,7 +279,9 @@ pub struct RecvComm(*mut c_void);
 pub struct Mr(*mut c_void);
 
 /// An outstanding request from `isend`/`irecv`. `n` is the number of buffers (1 for a send).
-#[derive(Debug)]
+/// `Copy`, so that loops keep requests in fixed rings without allocating; a request the plugin
+/// reported done is dead, and testing it again is a caller's error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
     ptr: *mut c_void,
     n: usize,
@@ -450,6 +340,9 @@ pub struct Net {
     /// The v11+ context from the last `init` (NULL before).
     ctx: AtomicPtr<c_void>,
     path: PathBuf,
+    /// The plugin's statistics function (not part of NCCL's ABI), when the loaded library
+    /// exports it.
+    stats: Option<FerroNetStatsFn>,
 }
 
 // SAFETY: `table` points at the plugin's immutable exported static in a library that is never
@@ -480,10 +373,12 @@ impl Net {
 
     /// As [`Net::load_from`], for the table of `version`.
     pub fn load_version(path: &Path, version: AbiVersion) -> Result<Net, String> {
+        let table = crate::loader::open_plugin_version(path, version)?;
         Ok(Net {
-            table: crate::loader::open_plugin_version(path, version)?,
+            table,
             ctx: AtomicPtr::new(std::ptr::null_mut()),
             path: path.to_path_buf(),
+            stats: crate::loader::stats_fn(path),
         })
     }
 
@@ -493,6 +388,7 @@ impl Net {
             table: table.into(),
             ctx: AtomicPtr::new(std::ptr::null_mut()),
             path: PathBuf::new(),
+            stats: None,
         }
     }
 
@@ -577,12 +473,14 @@ impl Net {
         raw::devices(self.table())
     }
 
-    /// `getProperties`, with unfilled fields left at [`PROP_UNSET`] (see [`Properties::unset_fields`]).
-    /// `makeVDevice` (v9+): the index of the virtual device fused from `devs`.
+    /// `makeVDevice` (v9+): the index of the virtual device fused from `devs` (`ndevs` is their
+    /// count; [`raw::make_vdevice`] passes any count).
     pub fn make_vdevice(&self, devs: &[c_int]) -> NetResult<c_int> {
-        raw::make_vdevice(self.table(), devs)
+        let ndevs = c_int::try_from(devs.len()).map_err(|_| ncclResult_t::InvalidArgument)?;
+        raw::make_vdevice(self.table(), ndevs, devs)
     }
 
+    /// `getProperties`, with unfilled fields left at [`PROP_UNSET`] (see [`Properties::unset_fields`]).
     pub fn get_properties(&self, dev: c_int) -> NetResult<Properties> {
         let mut p = Properties::unset_raw(self.version());
         raw::get_properties_any(self.table(), dev, &mut p)?;
@@ -637,6 +535,22 @@ impl Net {
         Ok((!comm.is_null()).then_some(RecvComm(comm)))
     }
 
+    /// The plugin's counters for `comm` and its process's allocation count (`ferroNetStats_v1`,
+    /// not part of NCCL's ABI); `Ok(None)` when the loaded library does not export it.
+    pub fn stats(&self, comm: &impl Comm) -> NetResult<Option<ferroNetStats_v1_t>> {
+        let Some(f) = self.stats else {
+            return Ok(None);
+        };
+        let mut out = ferroNetStats_v1_t::default();
+        // SAFETY: a live comm of this plugin; a valid out-pointer.
+        let r = unsafe { f(comm.as_ptr(), &mut out) };
+        if r == ncclResult_t::Success {
+            Ok(Some(out))
+        } else {
+            Err(r)
+        }
+    }
+
     /// `regMr` of `offset..offset+len` of `buf` with `type_` (`NCCL_PTR_HOST` for host memory).
     pub fn reg_mr(
         &self,
@@ -646,9 +560,23 @@ impl Net {
         len: usize,
         type_: c_int,
     ) -> NetResult<Mr> {
-        let data = buf.ptr_at(offset, len);
-        // SAFETY: a live comm; the range lies in a Buffer that stays mapped for the life of the
-        // process.
+        // SAFETY: the range lies in a Buffer, which stays mapped for the life of the process.
+        unsafe { self.reg_ptr(comm, buf.ptr_at(offset, len), len, type_) }
+    }
+
+    /// `regMr` of `[data, data + len)`, memory the caller owns (the benchmark's mappings).
+    ///
+    /// # Safety
+    /// The range stays mapped until the registration is released with [`Net::dereg_mr`] (or
+    /// the process ends).
+    pub unsafe fn reg_ptr(
+        &self,
+        comm: &impl Comm,
+        data: *mut c_void,
+        len: usize,
+        type_: c_int,
+    ) -> NetResult<Mr> {
+        // SAFETY: a live comm; the range per this function's contract.
         let mh = unsafe { raw::reg_mr(self.table(), comm.as_ptr(), data, len, type_) }?;
         Ok(Mr(mh))
     }
@@ -674,9 +602,26 @@ impl Net {
         tag: c_int,
         mr: &Mr,
     ) -> NetResult<Option<Request>> {
-        let data = buf.ptr_at(offset, len);
-        // SAFETY: a live send comm; the data stays mapped for the life of the process, so the
-        // plugin may read it until the request completes or the comm is closed.
+        // SAFETY: the data lies in a Buffer, which stays mapped for the life of the process, so
+        // the plugin may read it until the request completes or the comm is closed.
+        unsafe { self.isend_ptr(comm, buf.ptr_at(offset, len), len, tag, mr) }
+    }
+
+    /// `isend` of `[data, data + len)`, without allocating: `Ok(None)` means "not posted, call
+    /// again".
+    ///
+    /// # Safety
+    /// The range lies in the memory registered as `mr` and stays mapped and unchanged until the
+    /// request completes.
+    pub unsafe fn isend_ptr(
+        &self,
+        comm: &SendComm,
+        data: *mut c_void,
+        len: usize,
+        tag: c_int,
+        mr: &Mr,
+    ) -> NetResult<Option<Request>> {
+        // SAFETY: a live send comm; the data per this function's contract.
         let req = unsafe {
             raw::isend_bytes(
                 self.table(),
@@ -731,35 +676,75 @@ impl Net {
         tag: c_int,
         mr: &Mr,
     ) -> NetResult<Option<Request>> {
-        self.irecv(
-            comm,
-            &[RecvSlot {
-                buf,
-                offset,
-                len,
-                tag,
-                mr,
-            }],
-        )
+        // SAFETY: the buffer lies in a Buffer, which stays mapped for the life of the process.
+        unsafe { self.irecv_ptr(comm, buf.ptr_at(offset, len), len, tag, mr) }
+    }
+
+    /// `irecv` of the single buffer `[data, data + len)`, without allocating.
+    ///
+    /// # Safety
+    /// The range lies in the memory registered as `mr` and stays mapped and unused until the
+    /// request completes.
+    pub unsafe fn irecv_ptr(
+        &self,
+        comm: &RecvComm,
+        data: *mut c_void,
+        len: usize,
+        tag: c_int,
+        mr: &Mr,
+    ) -> NetResult<Option<Request>> {
+        // SAFETY: a live recv comm; one-entry arrays valid for the call (the plugin copies them,
+        // as NCCL passes stack arrays); the buffer per this function's contract.
+        let req = unsafe {
+            raw::irecv_bytes(
+                self.table(),
+                comm.0,
+                &mut [data],
+                &[len],
+                &mut [tag],
+                &mut [mr.0],
+                None,
+                std::ptr::null_mut(),
+            )
+        }?;
+        Ok((!req.is_null()).then_some(Request { ptr: req, n: 1 }))
     }
 
     /// `test`: `(false, [])` while in flight; `(true, sizes)` once done (`sizes` has `n` entries
     /// for a receive, 1 for a send). A done request is dead: do not test it again.
     pub fn test(&self, req: &Request) -> NetResult<(bool, Vec<c_int>)> {
+        let mut sizes = vec![SIZE_UNSET; req.n.max(1)];
+        if self.test_into(req, &mut sizes)? {
+            Ok((true, sizes))
+        } else {
+            Ok((false, Vec::new()))
+        }
+    }
+
+    /// `test` without allocating: `Ok(true)` once done, with the request's sizes in
+    /// `sizes[..n]` (`sizes` needs room for `n`: 1 for a send). A done request is dead: do not
+    /// test it again.
+    pub fn test_into(&self, req: &Request, sizes: &mut [c_int]) -> NetResult<bool> {
         let n = req.n.max(1);
-        let mut sizes = vec![SIZE_UNSET; n + SIZES_GUARD];
+        assert!(
+            n <= raw::MAX_IRECV_BUFFERS && sizes.len() >= n,
+            "room for {} sizes, the request has {n}",
+            sizes.len()
+        );
+        let mut all = [SIZE_UNSET; raw::MAX_IRECV_BUFFERS + SIZES_GUARD];
         // SAFETY: a request the plugin returned and has not reported done; room for n sizes plus
         // a guard.
-        let done = unsafe { raw::test(self.table(), req.ptr, sizes.as_mut_ptr()) }?;
+        let done = unsafe { raw::test(self.table(), req.ptr, all.as_mut_ptr()) }?;
         assert!(
-            sizes[n..].iter().all(|s| *s == SIZE_UNSET),
-            "test wrote sizes past the request's {n} buffer(s): {sizes:?}"
+            all[n..n + SIZES_GUARD].iter().all(|s| *s == SIZE_UNSET),
+            "test wrote sizes past the request's {n} buffer(s): {:?}",
+            &all[..n + SIZES_GUARD]
         );
         match done {
-            0 => Ok((false, Vec::new())),
+            0 => Ok(false),
             1 => {
-                sizes.truncate(n);
-                Ok((true, sizes))
+                sizes[..n].copy_from_slice(&all[..n]);
+                Ok(true)
             }
             other => panic!("test returned success with *done = {other} (must be 0 or 1)"),
         }
