@@ -16,14 +16,13 @@ use crate::error::{Error, Result};
 use crate::model::{LatStats, Mode, OpCounts, Row};
 use crate::plan::{LAT_DEPTH, Plan};
 use crate::progress::progress;
-use ferro_nccl_standin::net::Request as Req;
 use crate::session::{Cmd, IdleWatch, Session, TAG_DATA, test, wait_for};
-use ferro_nccl_standin::NcclExt as _;
 use crate::units::fmt_size;
 use ferro_ffi::ferroNetStats_v1_t;
+use ferro_nccl_standin::NcclExt as _;
+use ferro_nccl_standin::net::Request as Req;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-
 
 // ----------------------------------------------------------------------------------- server
 

@@ -7,10 +7,10 @@
 use crate::error::{Error, Result};
 use crate::model::{Mode, Row};
 use crate::plan::Plan;
-use ferro_nccl_standin::net::Request as Req;
 use crate::session::{Cmd, IdleWatch, Session, TAG_DATA, test};
-use ferro_nccl_standin::NcclExt as _;
 use crate::units::fmt_size;
+use ferro_nccl_standin::NcclExt as _;
+use ferro_nccl_standin::net::Request as Req;
 use std::collections::VecDeque;
 use std::time::Instant;
 

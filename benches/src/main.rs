@@ -77,7 +77,6 @@ options (server / run):
   --label TEXT       stored with the results (e.g. a run number)
 ";
 
-
 #[derive(Debug, Clone)]
 struct Common {
     plugin: Option<PathBuf>,

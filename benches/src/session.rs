@@ -629,7 +629,11 @@ impl<'n> Session<'n> {
             .flatten()
             .chain([self.ctrl_send])
         {
-            keep(net.dereg_mr(&self.send, rb.mr).call("deregMr").map_err(Error::from));
+            keep(
+                net.dereg_mr(&self.send, rb.mr)
+                    .call("deregMr")
+                    .map_err(Error::from),
+            );
             drop(rb.buf);
         }
         for rb in [self.data_recv.take()]
@@ -637,11 +641,23 @@ impl<'n> Session<'n> {
             .flatten()
             .chain([self.ctrl_recv])
         {
-            keep(net.dereg_mr(&self.recv, rb.mr).call("deregMr").map_err(Error::from));
+            keep(
+                net.dereg_mr(&self.recv, rb.mr)
+                    .call("deregMr")
+                    .map_err(Error::from),
+            );
             drop(rb.buf);
         }
-        keep(net.close_send(self.send).call("closeSend").map_err(Error::from));
-        keep(net.close_recv(self.recv).call("closeRecv").map_err(Error::from));
+        keep(
+            net.close_send(self.send)
+                .call("closeSend")
+                .map_err(Error::from),
+        );
+        keep(
+            net.close_recv(self.recv)
+                .call("closeRecv")
+                .map_err(Error::from),
+        );
         if let Some(l) = self.listen.take() {
             keep(net.close_listen(l).call("closeListen").map_err(Error::from));
         }

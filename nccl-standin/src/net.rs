@@ -11,10 +11,11 @@ use crate::buffer::Buffer;
 use crate::error::{HResult, HarnessError, NcclExt};
 use crate::handle::Handle;
 use crate::logger;
-use crate::props::{AnyProps, VDevs, WideProps};
+use crate::props::c_string;
+pub use crate::props::{PROP_UNSET, PROP_UNSET_BYTES, PROP_UNSET_I16, Properties};
 use crate::raw;
 use crate::table::Table;
-use core::ffi::{CStr, c_char, c_int, c_void};
+use core::ffi::{CStr, c_int, c_void};
 use ferro_ffi::{
     AbiVersion, FerroNetStatsFn, NCCL_NET_TRAFFIC_CLASS_UNDEF, ferroNetStats_v1_t,
     ncclDebugLogger_t, ncclProfilerCallback_t, ncclResult_t,
@@ -42,7 +43,6 @@ pub fn abi_from_env() -> Result<AbiVersion, String> {
     }
 }
 
-pub use crate::blocking::Backoff;
 pub use crate::loader::open_library;
 
 /// A plugin call's outcome: the value, or the non-success code it returned.
@@ -55,9 +55,6 @@ pub const PLUGIN_ENV: &str = "FERRO_PLUGIN_SO";
 /// What to do when the plugin is not built.
 pub const BUILD_HINT: &str = "build the plugin first: cargo build -p nccl-net-plugin";
 
-/// Value the harness stores in integer property fields before `getProperties`, to see which
-/// fields the plugin did not fill.
-pub const PROP_UNSET: c_int = -0x5a5a_5a5b;
 /// Value stored in each `sizes[]` slot before `test`.
 pub const SIZE_UNSET: c_int = -0x3c3c_3c3d;
 /// Extra `sizes[]` slots past `n` that `test` must leave alone.
@@ -102,167 +99,6 @@ pub fn plugin_path() -> Result<PathBuf, String> {
             p.display()
         ))
     }
-}
-
-/// `getProperties` output, with the strings copied.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Properties {
-    pub name: Option<String>,
-    pub pci_path: Option<String>,
-    pub guid: u64,
-    pub ptr_support: c_int,
-    pub reg_is_global: c_int,
-    pub speed: c_int,
-    pub port: c_int,
-    pub latency: f32,
-    pub max_comms: c_int,
-    pub max_recvs: c_int,
-    pub net_device_type: c_int,
-    pub net_device_version: c_int,
-    /// v9+: `forceFlush`.
-    pub force_flush: Option<c_int>,
-    /// v9+: the physical devices behind this one (`vProps`).
-    pub vdevs: Option<Vec<c_int>>,
-    /// v9+: `maxP2pBytes`, `maxCollBytes`.
-    pub max_p2p_bytes: Option<usize>,
-    pub max_coll_bytes: Option<usize>,
-    /// v11+: `maxMultiRequestSize`.
-    pub max_multi_request_size: Option<c_int>,
-    /// v12: `railId`, `planeId`.
-    pub rail_id: Option<i16>,
-    pub plane_id: Option<i16>,
-}
-
-/// Value stored in `size_t` property fields before `getProperties`.
-pub const PROP_UNSET_BYTES: usize = 0x5a5a_5a5a_5a5a_5a5a;
-/// Value stored in `int16_t` property fields before `getProperties`.
-pub const PROP_UNSET_I16: i16 = -0x5a5b;
-
-impl Properties {
-    /// The version's layout with every field at its "unset" marker.
-    fn unset_raw(version: AbiVersion) -> AnyProps {
-        let unset = WideProps {
-            name: std::ptr::null_mut(),
-            pciPath: std::ptr::null_mut(),
-            guid: 0x5a5a_5a5a_5a5a_5a5a,
-            ptrSupport: PROP_UNSET,
-            speed: PROP_UNSET,
-            port: PROP_UNSET,
-            latency: f32::NAN,
-            maxComms: PROP_UNSET,
-            maxRecvs: PROP_UNSET,
-            netDeviceType: PROP_UNSET,
-            netDeviceVersion: PROP_UNSET,
-            regIsGlobal: Some(PROP_UNSET),
-            forceFlush: Some(PROP_UNSET),
-            vProps: Some(VDevs {
-                ndevs: PROP_UNSET,
-                devs: [PROP_UNSET; 8],
-                capacity: 8,
-            }),
-            maxP2pBytes: Some(PROP_UNSET_BYTES),
-            maxCollBytes: Some(PROP_UNSET_BYTES),
-            maxMultiRequestSize: Some(PROP_UNSET),
-            railId: Some(PROP_UNSET_I16),
-            planeId: Some(PROP_UNSET_I16),
-        };
-        AnyProps::narrow(version, &unset)
-    }
-
-    /// The copied form of what the plugin wrote (fields the version lacks are `None`; v7 has no
-    /// `regIsGlobal`, reported as 0 as NCCL's adapters do).
-    fn from_raw(p: &AnyProps) -> Properties {
-        let w = p.widen();
-        Properties {
-            name: c_string(w.name),
-            pci_path: c_string(w.pciPath),
-            guid: w.guid,
-            ptr_support: w.ptrSupport,
-            reg_is_global: w.regIsGlobal.unwrap_or(0),
-            speed: w.speed,
-            port: w.port,
-            latency: w.latency,
-            max_comms: w.maxComms,
-            max_recvs: w.maxRecvs,
-            net_device_type: w.netDeviceType,
-            net_device_version: w.netDeviceVersion,
-            force_flush: w.forceFlush,
-            vdevs: w.vProps.map(|v| v.members()),
-            max_p2p_bytes: w.maxP2pBytes,
-            max_coll_bytes: w.maxCollBytes,
-            max_multi_request_size: w.maxMultiRequestSize,
-            rail_id: w.railId,
-            plane_id: w.planeId,
-        }
-    }
-
-    /// Fields still holding the harness's "unset" markers.
-    pub fn unset_fields(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        let ints = [
-            ("ptrSupport", self.ptr_support),
-            ("regIsGlobal", self.reg_is_global),
-            ("speed", self.speed),
-            ("port", self.port),
-            ("maxComms", self.max_comms),
-            ("maxRecvs", self.max_recvs),
-            ("netDeviceType", self.net_device_type),
-            ("netDeviceVersion", self.net_device_version),
-        ];
-        for (name, value) in ints {
-            if value == PROP_UNSET {
-                v.push(name);
-            }
-        }
-        let optional_ints = [
-            ("forceFlush", self.force_flush),
-            ("maxMultiRequestSize", self.max_multi_request_size),
-        ];
-        for (name, value) in optional_ints {
-            if value == Some(PROP_UNSET) {
-                v.push(name);
-            }
-        }
-        if self
-            .vdevs
-            .as_ref()
-            .is_some_and(|d| d.is_empty() || d.contains(&PROP_UNSET))
-        {
-            v.push("vProps");
-        }
-        for (name, value) in [
-            ("maxP2pBytes", self.max_p2p_bytes),
-            ("maxCollBytes", self.max_coll_bytes),
-        ] {
-            if value == Some(PROP_UNSET_BYTES) {
-                v.push(name);
-            }
-        }
-        for (name, value) in [("railId", self.rail_id), ("planeId", self.plane_id)] {
-            if value == Some(PROP_UNSET_I16) {
-                v.push(name);
-            }
-        }
-        if self.guid == 0x5a5a_5a5a_5a5a_5a5a {
-            v.push("guid");
-        }
-        if self.latency.is_nan() {
-            v.push("latency");
-        }
-        if self.name.is_none() {
-            v.push("name");
-        }
-        v
-    }
-}
-
-fn c_string(p: *const c_char) -> Option<String> {
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: getProperties' contract: name/pciPath are NULL or NUL-terminated strings that stay
-    // valid until the plugin is unloaded, and the harness never unloads it.
-    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
 /// A listen comm (`listen`'s out-pointer).

@@ -1,9 +1,11 @@
-//! Every version's `getProperties` layout (v7 … v12) and one wide form of them: [`WideProps`]
-//! holds every field any version has, `None` where a version lacks it. Each version's widening
-//! and narrowing comes from one field list ([`Layout`], implemented by `layout!`), so a field is
-//! named once per version, not once per conversion.
+//! Device properties as the stand-in reads them: every version's `getProperties` layout
+//! (v7 … v12), one wide form of them ([`WideProps`]: every field any version has, `None` where a
+//! version lacks it) and the copied, typed form tests check ([`Properties`], with the "unset"
+//! markers stored before the call). Each version's widening and narrowing comes from one field
+//! list ([`Layout`], implemented by `layout!`), so a field is named once per version, not once
+//! per conversion.
 
-use core::ffi::{c_char, c_int};
+use core::ffi::{CStr, c_char, c_int};
 use ferro_ffi::{
     AbiVersion, ncclNetProperties_v7_t, ncclNetProperties_v8_t, ncclNetProperties_v9_t,
     ncclNetProperties_v11_t, ncclNetProperties_v12_t, ncclNetVDeviceProps_v9_t,
@@ -34,7 +36,10 @@ impl VDevs {
 
 /// Every field of any version's properties struct, under its C name. The fields all versions
 /// share are plain; the others are `None` when the version the values came from lacks them.
-#[allow(non_snake_case, reason = "the C field names, so that `layout!` can name both sides")]
+#[allow(
+    non_snake_case,
+    reason = "the C field names, so that `layout!` can name both sides"
+)]
 #[derive(Debug, Clone, Copy)]
 pub struct WideProps {
     pub name: *mut c_char,
@@ -237,6 +242,171 @@ impl AnyProps {
     }
 }
 
+/// Value the harness stores in integer property fields before `getProperties`, to see which
+/// fields the plugin did not fill.
+pub const PROP_UNSET: c_int = -0x5a5a_5a5b;
+
+/// `getProperties` output, with the strings copied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Properties {
+    pub name: Option<String>,
+    pub pci_path: Option<String>,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub reg_is_global: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: f32,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+    /// v9+: `forceFlush`.
+    pub force_flush: Option<c_int>,
+    /// v9+: the physical devices behind this one (`vProps`).
+    pub vdevs: Option<Vec<c_int>>,
+    /// v9+: `maxP2pBytes`, `maxCollBytes`.
+    pub max_p2p_bytes: Option<usize>,
+    pub max_coll_bytes: Option<usize>,
+    /// v11+: `maxMultiRequestSize`.
+    pub max_multi_request_size: Option<c_int>,
+    /// v12: `railId`, `planeId`.
+    pub rail_id: Option<i16>,
+    pub plane_id: Option<i16>,
+}
+
+/// Value stored in `size_t` property fields before `getProperties`.
+pub const PROP_UNSET_BYTES: usize = 0x5a5a_5a5a_5a5a_5a5a;
+/// Value stored in `int16_t` property fields before `getProperties`.
+pub const PROP_UNSET_I16: i16 = -0x5a5b;
+
+impl Properties {
+    /// The version's layout with every field at its "unset" marker.
+    pub(crate) fn unset_raw(version: AbiVersion) -> AnyProps {
+        let unset = WideProps {
+            name: std::ptr::null_mut(),
+            pciPath: std::ptr::null_mut(),
+            guid: 0x5a5a_5a5a_5a5a_5a5a,
+            ptrSupport: PROP_UNSET,
+            speed: PROP_UNSET,
+            port: PROP_UNSET,
+            latency: f32::NAN,
+            maxComms: PROP_UNSET,
+            maxRecvs: PROP_UNSET,
+            netDeviceType: PROP_UNSET,
+            netDeviceVersion: PROP_UNSET,
+            regIsGlobal: Some(PROP_UNSET),
+            forceFlush: Some(PROP_UNSET),
+            vProps: Some(VDevs {
+                ndevs: PROP_UNSET,
+                devs: [PROP_UNSET; 8],
+                capacity: 8,
+            }),
+            maxP2pBytes: Some(PROP_UNSET_BYTES),
+            maxCollBytes: Some(PROP_UNSET_BYTES),
+            maxMultiRequestSize: Some(PROP_UNSET),
+            railId: Some(PROP_UNSET_I16),
+            planeId: Some(PROP_UNSET_I16),
+        };
+        AnyProps::narrow(version, &unset)
+    }
+
+    /// The copied form of what the plugin wrote (fields the version lacks are `None`; v7 has no
+    /// `regIsGlobal`, reported as 0 as NCCL's adapters do).
+    pub(crate) fn from_raw(p: &AnyProps) -> Properties {
+        let w = p.widen();
+        Properties {
+            name: c_string(w.name),
+            pci_path: c_string(w.pciPath),
+            guid: w.guid,
+            ptr_support: w.ptrSupport,
+            reg_is_global: w.regIsGlobal.unwrap_or(0),
+            speed: w.speed,
+            port: w.port,
+            latency: w.latency,
+            max_comms: w.maxComms,
+            max_recvs: w.maxRecvs,
+            net_device_type: w.netDeviceType,
+            net_device_version: w.netDeviceVersion,
+            force_flush: w.forceFlush,
+            vdevs: w.vProps.map(|v| v.members()),
+            max_p2p_bytes: w.maxP2pBytes,
+            max_coll_bytes: w.maxCollBytes,
+            max_multi_request_size: w.maxMultiRequestSize,
+            rail_id: w.railId,
+            plane_id: w.planeId,
+        }
+    }
+
+    /// Fields still holding the harness's "unset" markers.
+    pub fn unset_fields(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let ints = [
+            ("ptrSupport", self.ptr_support),
+            ("regIsGlobal", self.reg_is_global),
+            ("speed", self.speed),
+            ("port", self.port),
+            ("maxComms", self.max_comms),
+            ("maxRecvs", self.max_recvs),
+            ("netDeviceType", self.net_device_type),
+            ("netDeviceVersion", self.net_device_version),
+        ];
+        for (name, value) in ints {
+            if value == PROP_UNSET {
+                v.push(name);
+            }
+        }
+        let optional_ints = [
+            ("forceFlush", self.force_flush),
+            ("maxMultiRequestSize", self.max_multi_request_size),
+        ];
+        for (name, value) in optional_ints {
+            if value == Some(PROP_UNSET) {
+                v.push(name);
+            }
+        }
+        if self
+            .vdevs
+            .as_ref()
+            .is_some_and(|d| d.is_empty() || d.contains(&PROP_UNSET))
+        {
+            v.push("vProps");
+        }
+        for (name, value) in [
+            ("maxP2pBytes", self.max_p2p_bytes),
+            ("maxCollBytes", self.max_coll_bytes),
+        ] {
+            if value == Some(PROP_UNSET_BYTES) {
+                v.push(name);
+            }
+        }
+        for (name, value) in [("railId", self.rail_id), ("planeId", self.plane_id)] {
+            if value == Some(PROP_UNSET_I16) {
+                v.push(name);
+            }
+        }
+        if self.guid == 0x5a5a_5a5a_5a5a_5a5a {
+            v.push("guid");
+        }
+        if self.latency.is_nan() {
+            v.push("latency");
+        }
+        if self.name.is_none() {
+            v.push("name");
+        }
+        v
+    }
+}
+
+pub(crate) fn c_string(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: getProperties' contract: name/pciPath are NULL or NUL-terminated strings that stay
+    // valid until the plugin is unloaded, and the harness never unloads it.
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,7 +480,13 @@ mod tests {
             let back = AnyProps::narrow(v, &w).widen();
             assert_eq!(present(&back), expected, "{v:?}");
             assert_eq!(
-                (back.name, back.pciPath, back.guid, back.ptrSupport, back.speed),
+                (
+                    back.name,
+                    back.pciPath,
+                    back.guid,
+                    back.ptrSupport,
+                    back.speed
+                ),
                 (w.name, w.pciPath, w.guid, w.ptrSupport, w.speed),
                 "{v:?}"
             );

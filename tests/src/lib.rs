@@ -32,7 +32,9 @@ pub mod guest;
 pub mod rank;
 pub mod scenario;
 
-pub use ferro_nccl_standin::{bail, buffer, ensure, error, handle, logger, net, raw, table};
+pub use ferro_nccl_standin::{
+    bail, blocking, buffer, ensure, error, handle, logger, net, raw, table,
+};
 
 pub use error::{HResult, HarnessError, NcclExt};
 pub use handle::{Handle, handle_socket_addr};

@@ -5,11 +5,11 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
+use ferro_ffi::ncclResult_t;
 use ferro_nccl_standin::net::Comm as _;
 use ferro_nccl_standin::{Net, raw};
-use ferro_ffi::ncclResult_t;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -251,4 +251,27 @@ pub fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// Reads the child's stdout until a line containing `word`; returns what follows it.
+pub fn read_until(
+    child: &mut Child,
+    lines: &mut impl Iterator<Item = String>,
+    word: &str,
+) -> String {
+    for l in lines.by_ref() {
+        if let Some(at) = l.find(word) {
+            return l[at + word.len()..].trim().to_string();
+        }
+    }
+    let _ = child.kill();
+    panic!("the child ended before printing {word:?}");
+}
+
+/// Panics outside the soft-RoCE guest, saying what the test needs.
+pub fn in_guest() {
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
+        "needs the soft-RoCE guest (run the README's test command)"
+    );
 }
