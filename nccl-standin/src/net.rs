@@ -619,6 +619,73 @@ impl Net {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferro_ffi::ncclNet_v8_t;
+
+    /// A `test` that reports done with size 42 in the first slot, and writes the slot after it
+    /// too when the request pointer is non-NULL (a plugin writing past the request's buffers).
+    unsafe extern "C" fn fake_test(
+        req: *mut c_void,
+        done: *mut c_int,
+        sizes: *mut c_int,
+    ) -> ncclResult_t {
+        // SAFETY: Net::test_into passes a valid `done` and room for the request's sizes plus a
+        // guard.
+        unsafe {
+            *done = 1;
+            *sizes = 42;
+            if !req.is_null() {
+                *sizes.add(1) = 43;
+            }
+        }
+        ncclResult_t::Success
+    }
+
+    static V8: ncclNet_v8_t = ncclNet_v8_t {
+        name: c"fake".as_ptr(),
+        init: None,
+        devices: None,
+        getProperties: None,
+        listen: None,
+        connect: None,
+        accept: None,
+        regMr: None,
+        regMrDmaBuf: None,
+        deregMr: None,
+        isend: None,
+        irecv: None,
+        iflush: None,
+        test: Some(fake_test),
+        closeSend: None,
+        closeRecv: None,
+        closeListen: None,
+        getDeviceMr: None,
+        irecvConsumed: None,
+    };
+
+    #[test]
+    fn test_into_hands_back_the_sizes_of_a_done_request_without_allocating() {
+        let net = Net::linked(&V8);
+        let req = Request {
+            ptr: std::ptr::null_mut(),
+            n: 1,
+        };
+        let mut sizes = [0; 1];
+        assert_eq!(net.test_into(&req, &mut sizes), Ok(true));
+        assert_eq!(sizes, [42]);
+        assert_eq!(net.test(&req), Ok((true, vec![42])));
+    }
+
+    #[test]
+    #[should_panic(expected = "test wrote sizes past the request's 1 buffer(s)")]
+    fn a_plugin_that_writes_sizes_past_the_request_is_caught() {
+        let net = Net::linked(&V8);
+        let mut x = 0u8;
+        let req = Request {
+            ptr: (&raw mut x).cast(),
+            n: 1,
+        };
+        let _ = net.test_into(&req, &mut [0; 1]);
+    }
 
     #[test]
     fn profile_dir_handles_deps_and_bins() {

@@ -602,3 +602,69 @@ pub unsafe fn close<'a>(
     // SAFETY: per this function's contract.
     check(unsafe { f(comm) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferro_ffi::{ncclNet_v9_t, ncclNetVDeviceProps_v9_t};
+    use std::sync::Mutex;
+
+    /// What the fake `makeVDevice` was called with, in order.
+    static CALLS: Mutex<Vec<(c_int, [c_int; 4])>> = Mutex::new(Vec::new());
+
+    unsafe extern "C" fn record_vdevice(
+        d: *mut c_int,
+        props: *mut ncclNetVDeviceProps_v9_t,
+    ) -> ncclResult_t {
+        // SAFETY: make_vdevice passes valid pointers for the call.
+        let (ndevs, devs) = unsafe { ((*props).ndevs, (*props).devs) };
+        CALLS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ndevs, devs));
+        // SAFETY: as above.
+        unsafe { *d = 7 };
+        ncclResult_t::Success
+    }
+
+    static V9: ncclNet_v9_t = ncclNet_v9_t {
+        name: c"fake".as_ptr(),
+        init: None,
+        devices: None,
+        getProperties: None,
+        listen: None,
+        connect: None,
+        accept: None,
+        regMr: None,
+        regMrDmaBuf: None,
+        deregMr: None,
+        isend: None,
+        irecv: None,
+        iflush: None,
+        test: None,
+        closeSend: None,
+        closeRecv: None,
+        closeListen: None,
+        getDeviceMr: None,
+        irecvConsumed: None,
+        makeVDevice: Some(record_vdevice),
+    };
+
+    #[test]
+    fn make_vdevice_passes_any_count_as_given_and_refuses_more_members_than_the_array_holds() {
+        let t = Table::V9(&V9);
+        assert_eq!(make_vdevice(t, 2, &[3, 5]), Ok(7));
+        assert_eq!(make_vdevice(t, 0, &[]), Ok(7));
+        assert_eq!(make_vdevice(t, 5, &[]), Ok(7));
+        assert_eq!(
+            make_vdevice(t, 5, &[1, 2, 3, 4, 5]),
+            Err(ncclResult_t::InvalidArgument)
+        );
+        let calls = CALLS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert_eq!(
+            calls,
+            [(2, [3, 5, 0, 0]), (0, [0; 4]), (5, [0; 4])],
+            "the refused call must not reach the plugin"
+        );
+    }
+}
