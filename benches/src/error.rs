@@ -27,7 +27,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// The shared client's errors are messages too.
+/// The NCCL stand-in's errors are messages too.
 impl From<String> for Error {
     fn from(msg: String) -> Error {
         Error(msg)
