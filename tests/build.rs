@@ -1,4 +1,4 @@
-//! Builds the C piece of the harness (NCCL's logger lives in `ferro-client`):
+//! Builds the C piece of the harness (NCCL's logger lives in `ferro-nccl-standin`):
 //! - `csrc/old_verbs.c`: a stand-in "old rdma-core" libibverbs (every required entry point at
 //!   IBVERBS_1.1 only, an empty device list), built as a shared library whose path reaches the
 //!   tests as `FERRO_TESTS_OLD_VERBS_SO`.

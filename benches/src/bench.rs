@@ -14,70 +14,15 @@
 
 use crate::error::{Error, Result};
 use crate::model::{LatStats, Mode, OpCounts, Row};
-use crate::net::Req;
-use crate::session::{Cmd, IdleWatch, Session, TAG_DATA, wait_for};
+use crate::plan::{LAT_DEPTH, Plan};
+use crate::progress::progress;
+use crate::session::{Cmd, IdleWatch, Session, TAG_DATA, test, wait_for};
 use crate::units::fmt_size;
 use ferro_ffi::ferroNetStats_v1_t;
+use ferro_nccl_standin::NcclExt as _;
+use ferro_nccl_standin::net::Request as Req;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-
-/// The server's plan.
-#[derive(Debug, Clone)]
-pub(crate) struct Plan {
-    pub(crate) mode: Mode,
-    pub(crate) sizes: Vec<u64>,
-    pub(crate) window: usize,
-    /// Cap on measured messages (bw) or round trips (lat) per size.
-    pub(crate) max_iters: Option<u64>,
-    /// Time target per size.
-    pub(crate) target: Duration,
-    /// Warm-up round trips per size (lat).
-    pub(crate) warmup: u64,
-    /// Comms per direction (comms mode).
-    pub(crate) comms: usize,
-}
-
-/// Largest bw buffer (more window slots than fit are reused round-robin, as perftest reuses
-/// its buffer): registration is slow under emulation, and the content does not matter.
-pub(crate) const BUF_CAP: u64 = 16 << 20;
-
-impl Plan {
-    fn max_size(&self) -> u64 {
-        self.sizes.iter().copied().max().unwrap_or(0)
-    }
-
-    /// The data moving direction (client → server) of bw: `window` slots of small sizes,
-    /// at least one slot of the largest.
-    fn bw_bytes(&self) -> u64 {
-        let max = self.max_size();
-        (max.saturating_mul(self.window as u64))
-            .min(BUF_CAP)
-            .max(max)
-            .max(4096)
-    }
-
-    /// (client send, client receive) buffer bytes.
-    fn buffers(&self) -> (u64, u64) {
-        match self.mode {
-            Mode::Bw | Mode::Rate | Mode::Comms => (self.bw_bytes(), 4096),
-            Mode::Lat => {
-                let b = (LAT_DEPTH * self.max_size()).max(4096);
-                (b, b)
-            }
-        }
-    }
-
-    pub(crate) fn slots(&self, size: u64) -> u64 {
-        if size == 0 {
-            return self.window as u64;
-        }
-        (self.bw_bytes() / size).clamp(1, self.window as u64)
-    }
-}
-
-fn progress(s: &str) {
-    crate::progress(s);
-}
 
 // ----------------------------------------------------------------------------------- server
 
@@ -148,14 +93,14 @@ pub(crate) fn server(s: &mut Session<'_>, plan: &Plan) -> Result<Vec<Row>> {
 fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64>) -> Result<Row> {
     let window = plan.window.max(1);
     let slots = plan.slots(size);
-    let before = s.net.stats(s.recv)?;
+    let before = s.net.stats(&s.recv).call("ferroNetStats_v1")?;
     s.send_cmd(Cmd::Bw {
         size,
         window: window as u64,
         slots,
     })?;
     let net = s.net;
-    let recv = s.recv;
+    let recv = &s.recv;
     let rb = s
         .data_recv
         .as_ref()
@@ -203,7 +148,7 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
             // (slots * size <= the buffer size). When fewer than `window` slots fit, one slot can be
             // the target of several outstanding receives; they all carry the same benchmark
             // data and nothing reads the buffer, as in perftest.
-            match unsafe { net.irecv(recv, rb.buf.at(off)?, size_us, TAG_DATA, rb.mr) }? {
+            match unsafe { rb.irecv(net, recv, off, size_us, TAG_DATA) }? {
                 Some(r) => {
                     ring.push_back(r);
                     posted += 1;
@@ -222,7 +167,7 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
             }
             break;
         };
-        match net.test(front)? {
+        match test(net, front)? {
             Some(n) => {
                 let now = Instant::now();
                 if n != size_us {
@@ -242,7 +187,7 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
             None => idle.idle(&s.wait, &mut s.peer, &what)?,
         }
     }
-    let after = s.net.stats(s.recv)?;
+    let after = s.net.stats(&s.recv).call("ferroNetStats_v1")?;
     s.send_cmd(Cmd::Stop { count: posted })?;
     let client = s.recv_report()?;
     let (count, elapsed_s) = match (t_first, t_last) {
@@ -318,15 +263,10 @@ struct Batch {
     send_done_s: f64,
 }
 
-/// Receives each side keeps posted ahead in `lat`, as NCCL's proxy posts receives for the next
-/// steps ahead of time: the clear-to-send that a receive sends to its peer is then off the
-/// critical path of the round trip. Buffers have one slot per receive in flight.
-const LAT_DEPTH: u64 = 2;
-
 fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
     s.send_cmd(Cmd::Lat { size, count })?;
     let net = s.net;
-    let (send, recv) = (s.send, s.recv);
+    let (send, recv) = (&s.send, &s.recv);
     let sb = s
         .data_send
         .as_ref()
@@ -343,7 +283,7 @@ fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
         wait_for(&wait, peer, &|| format!("posting echo receive {k}"), || {
             // SAFETY: slot k % LAT_DEPTH of the registered receive buffer (LAT_DEPTH slots of
             // the largest size); at most LAT_DEPTH receives are in flight, on distinct slots.
-            unsafe { net.irecv(recv, rb.buf.at(off)?, len, TAG_DATA, rb.mr) }
+            unsafe { rb.irecv(net, recv, off, len, TAG_DATA) }
         })
     };
     let mut out = Batch {
@@ -362,20 +302,20 @@ fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
         let ping = wait_for(&wait, peer, &|| format!("sending ping {i}"), || {
             // SAFETY: the start of the registered send buffer; one send at a time, waited for
             // below before the next.
-            unsafe { net.isend(send, sb.buf.at(0)?, len, TAG_DATA, sb.mr) }
+            unsafe { sb.isend(net, send, 0, len, TAG_DATA) }
         })?;
         let t_posted = Instant::now();
         let (mut ping_done, mut echo_done): (Option<Instant>, Option<Instant>) = (None, None);
         wait_for(&wait, peer, &|| format!("round trip {i}"), || {
             if echo_done.is_none() {
-                if let Some(n) = net.test(echo)? {
+                if let Some(n) = test(net, echo)? {
                     if n != len {
                         return Err(Error::new(format!("echo of {n} bytes, expected {len}")));
                     }
                     echo_done = Some(Instant::now());
                 }
             }
-            if ping_done.is_none() && net.test(ping)?.is_some() {
+            if ping_done.is_none() && test(net, ping)?.is_some() {
                 ping_done = Some(Instant::now());
             }
             Ok(ping_done.zip(echo_done))
@@ -427,9 +367,9 @@ pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
                 slots,
             } => {
                 ctrl = s.post_cmd_recv()?;
-                let before = s.net.stats(s.send)?;
+                let before = s.net.stats(&s.send).call("ferroNetStats_v1")?;
                 let st = client_bw(s, size, window, slots, ctrl)?;
-                let after = s.net.stats(s.send)?;
+                let after = s.net.stats(&s.send).call("ferroNetStats_v1")?;
                 s.send_report(before.zip(after).map(|(b, a)| deltas(&b, &a)))?;
                 if verbose {
                     progress(&format!(
@@ -479,7 +419,7 @@ fn client_bw(
     ctrl: Req,
 ) -> Result<SendStats> {
     let net = s.net;
-    let send = s.send;
+    let send = &s.send;
     let sb = s
         .data_send
         .as_ref()
@@ -512,7 +452,7 @@ fn client_bw(
             let off = usize::try_from((sent % slots) * size).map_err(|_| Error::new("overflow"))?;
             // SAFETY: the slot lies inside the registered send buffer (checked above); its
             // contents are never changed while sends are in flight.
-            match unsafe { net.isend(send, sb.buf.at(off)?, len, TAG_DATA, sb.mr) }? {
+            match unsafe { sb.isend(net, send, off, len, TAG_DATA) }? {
                 Some(r) => {
                     ring.push_back(r);
                     sent += 1;
@@ -526,7 +466,7 @@ fn client_bw(
         }
         while let Some(&front) = ring.front() {
             st.tests += 1;
-            if net.test(front)?.is_none() {
+            if test(net, front)?.is_none() {
                 break;
             }
             ring.pop_front();
@@ -534,7 +474,7 @@ fn client_bw(
         }
         if stop.is_none() {
             st.tests += 1;
-            if let Some(n) = net.test(ctrl)? {
+            if let Some(n) = test(net, ctrl)? {
                 match s.read_cmd(n)? {
                     Cmd::Stop { count } => {
                         if count != sent {
@@ -570,7 +510,6 @@ fn client_bw(
 /// the previous ping has gone out.
 fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Result<Req> {
     let net = s.net;
-    let (send, recv) = (s.send, s.recv);
     let len = usize::try_from(size).map_err(|_| Error::new("size overflow"))?;
     let wait = s.wait;
     // Receive k of the batch: ping k for k < count, then the next command.
@@ -578,10 +517,8 @@ fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Resu
         if k >= count {
             return s.post_cmd_recv();
         }
-        let rb = s
-            .data_recv
-            .as_ref()
-            .ok_or_else(|| Error::new("no data buffer"))?;
+        let (recv, rb) = (&s.recv, s.data_recv.as_ref());
+        let rb = rb.ok_or_else(|| Error::new("no data buffer"))?;
         let off = (k % LAT_DEPTH) as usize * len;
         wait_for(
             &wait,
@@ -590,7 +527,7 @@ fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Resu
             || {
                 // SAFETY: slot k % LAT_DEPTH of the registered receive buffer (LAT_DEPTH slots of
                 // the largest size); at most LAT_DEPTH receives are in flight, on distinct slots.
-                unsafe { net.irecv(recv, rb.buf.at(off)?, len, TAG_DATA, rb.mr) }
+                unsafe { rb.irecv(net, recv, off, len, TAG_DATA) }
             },
         )
     };
@@ -617,27 +554,25 @@ fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Resu
             &wait,
             &mut s.peer,
             &|| format!("waiting for ping {i}"),
-            || net.test(ping),
+            || test(net, ping),
         )?;
         if n != len {
             return Err(Error::new(format!("ping of {n} bytes, expected {len}")));
         }
         let t1 = clock(verbose);
-        let sb = s
-            .data_send
-            .as_ref()
-            .ok_or_else(|| Error::new("no data buffer"))?;
+        let (send, sb) = (&s.send, s.data_send.as_ref());
+        let sb = sb.ok_or_else(|| Error::new("no data buffer"))?;
         let echo = wait_for(&wait, &mut s.peer, &|| format!("sending echo {i}"), || {
             // SAFETY: the start of the registered send buffer; one send at a time, waited for
             // below.
-            unsafe { net.isend(send, sb.buf.at(0)?, len, TAG_DATA, sb.mr) }
+            unsafe { sb.isend(net, send, 0, len, TAG_DATA) }
         })?;
         let t2 = clock(verbose);
         wait_for(
             &wait,
             &mut s.peer,
             &|| format!("completing echo {i}"),
-            || net.test(echo),
+            || test(net, echo),
         )?;
         let t3 = clock(verbose);
         if next <= count {

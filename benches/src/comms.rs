@@ -4,12 +4,13 @@
 //! pass; the client keeps up to `window` sends in flight on every comm. The figure is the
 //! aggregate message rate, from the first to the last receive completion on any comm.
 
-use crate::bench::Plan;
 use crate::error::{Error, Result};
 use crate::model::{Mode, Row};
-use crate::net::Req;
-use crate::session::{Cmd, IdleWatch, Session, TAG_DATA};
+use crate::plan::Plan;
+use crate::session::{Cmd, IdleWatch, Session, TAG_DATA, test};
 use crate::units::fmt_size;
+use ferro_nccl_standin::NcclExt as _;
+use ferro_nccl_standin::net::Request as Req;
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -30,7 +31,7 @@ pub(crate) fn server(s: &mut Session<'_>, plan: &Plan, size: u64) -> Result<Row>
         .as_ref()
         .ok_or_else(|| Error::new("no data buffer"))?;
     let len = usize::try_from(size).map_err(|_| Error::new("size overflow"))?;
-    let comms = s.extra.clone();
+    let comms = &s.extra_recv;
     let mut rings: Vec<VecDeque<Req>> = vec![VecDeque::with_capacity(window); n];
     let mut posted = vec![0u64; n];
     // Receives per comm: unlimited until the time target is reached, then every comm is
@@ -43,13 +44,15 @@ pub(crate) fn server(s: &mut Session<'_>, plan: &Plan, size: u64) -> Result<Row>
     let what = || format!("comms {}: waiting for receive completions", fmt_size(size));
     loop {
         let mut progressed = false;
-        for (i, &(comm, mr)) in comms.iter().enumerate() {
+        for (i, (comm, mr)) in comms.iter().enumerate() {
             while rings[i].len() < window && posted[i] < limit.min(cap) {
                 let off = usize::try_from((posted[i] % slots) * size)
                     .map_err(|_| Error::new("overflow"))?;
                 // SAFETY: the slot lies inside the registered receive buffer; several comms
                 // and receives may share a slot: nothing reads the data (as in perftest).
-                match unsafe { net.irecv(comm, rb.buf.at(off)?, len, TAG_DATA, mr) }? {
+                match unsafe { net.irecv_ptr(comm, rb.buf.at(off)?.cast(), len, TAG_DATA, mr) }
+                    .call("irecv")?
+                {
                     Some(r) => {
                         rings[i].push_back(r);
                         posted[i] += 1;
@@ -60,7 +63,7 @@ pub(crate) fn server(s: &mut Session<'_>, plan: &Plan, size: u64) -> Result<Row>
             let Some(&front) = rings[i].front() else {
                 continue;
             };
-            if let Some(got) = net.test(front)? {
+            if let Some(got) = test(net, front)? {
                 if got != len {
                     return Err(Error::new(format!("received {got} bytes, expected {len}")));
                 }
@@ -116,7 +119,7 @@ pub(crate) fn client(s: &mut Session<'_>, n: u64, size: u64, window: u64, ctrl: 
     let window = usize::try_from(window.clamp(1, 1024)).unwrap_or(1);
     let len = usize::try_from(size).map_err(|_| Error::new("size overflow"))?;
     let slots = (sb.buf.len() as u64 / size.max(1)).clamp(1, window as u64);
-    let comms = s.extra.clone();
+    let comms = &s.extra_send;
     let mut rings: Vec<VecDeque<Req>> = vec![VecDeque::with_capacity(window); n];
     let mut sent = vec![0u64; n];
     let mut stop: Option<u64> = None;
@@ -124,13 +127,15 @@ pub(crate) fn client(s: &mut Session<'_>, n: u64, size: u64, window: u64, ctrl: 
     let what = || format!("comms {}: sending", fmt_size(size));
     loop {
         let mut progressed = false;
-        for (i, &(comm, mr)) in comms.iter().enumerate() {
+        for (i, (comm, mr)) in comms.iter().enumerate() {
             while rings[i].len() < window && stop.is_none_or(|c| sent[i] < c) {
                 let off = usize::try_from((sent[i] % slots) * size)
                     .map_err(|_| Error::new("overflow"))?;
                 // SAFETY: the slot lies inside the registered send buffer, unchanged while
                 // sends are in flight.
-                match unsafe { net.isend(comm, sb.buf.at(off)?, len, TAG_DATA, mr) }? {
+                match unsafe { net.isend_ptr(comm, sb.buf.at(off)?.cast(), len, TAG_DATA, mr) }
+                    .call("isend")?
+                {
                     Some(r) => {
                         rings[i].push_back(r);
                         sent[i] += 1;
@@ -140,14 +145,14 @@ pub(crate) fn client(s: &mut Session<'_>, n: u64, size: u64, window: u64, ctrl: 
                 }
             }
             if let Some(&front) = rings[i].front() {
-                if net.test(front)?.is_some() {
+                if test(net, front)?.is_some() {
                     rings[i].pop_front();
                     progressed = true;
                 }
             }
         }
         if stop.is_none() {
-            if let Some(got) = net.test(ctrl)? {
+            if let Some(got) = test(net, ctrl)? {
                 match s.read_cmd(got)? {
                     Cmd::Stop { count } => {
                         if let Some(i) = sent.iter().position(|&c| c > count) {

@@ -27,10 +27,22 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// The shared client's errors are messages too.
+/// The NCCL stand-in's errors are messages too.
 impl From<String> for Error {
     fn from(msg: String) -> Error {
         Error(msg)
+    }
+}
+
+/// A failed plugin call names the call; the plugin's own WARN lines say why.
+impl From<ferro_nccl_standin::HarnessError> for Error {
+    fn from(e: ferro_nccl_standin::HarnessError) -> Error {
+        match e {
+            ferro_nccl_standin::HarnessError::Nccl { call, code } => Error(format!(
+                "plugin call {call} failed with {code:?} (see the plugin's WARN lines above)"
+            )),
+            other => Error(other.to_string()),
+        }
     }
 }
 

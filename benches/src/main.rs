@@ -1,4 +1,5 @@
-//! `ferro-bench`: micro-benchmark of an ncclNet v8 plugin between two processes.
+//! Test side, the benchmark `ferro-bench`: micro-benchmark of an ncclNet v8 plugin between two
+//! processes.
 //!
 //! The plugin is loaded as NCCL loads it (`dlopen(RTLD_NOW | RTLD_LOCAL)`, `dlsym
 //! ("ncclNetPlugin_v8")`) and called only through its table. See `ferro-bench --help`.
@@ -8,23 +9,26 @@ mod comms;
 mod compare;
 mod error;
 mod model;
-mod net;
+mod plan;
+mod plugin;
+mod progress;
 mod report;
 mod session;
 mod units;
 
-use bench::Plan;
 use error::{Context as _, Error, Result};
+use ferro_nccl_standin::net::ListenComm;
+use ferro_nccl_standin::{Handle, NcclExt as _, Net};
 use model::Meta;
 use model::Mode;
+use plan::Plan;
+use progress::progress;
 use session::{PeerCheck, WaitCfg};
 use std::cell::RefCell;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::rc::Rc;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use units::parse_size;
 
@@ -72,16 +76,6 @@ options (server / run):
   --csv FILE         write the results as CSV
   --label TEXT       stored with the results (e.g. a run number)
 ";
-
-static QUIET: AtomicBool = AtomicBool::new(false);
-static PREFIX: OnceLock<&'static str> = OnceLock::new();
-
-/// A progress line on stderr.
-pub(crate) fn progress(s: &str) {
-    if !QUIET.load(Ordering::Relaxed) {
-        eprintln!("[{}] {s}", PREFIX.get().copied().unwrap_or("ferro-bench"));
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Common {
@@ -392,17 +386,17 @@ fn apply_env(c: &Common) -> (u32, u32) {
     )
 }
 
-fn load(c: &Common) -> Result<net::Net> {
+fn load(c: &Common) -> Result<Net> {
     let path = plugin_path(c)?;
     let t = Instant::now();
-    let n = net::Net::load(&path).map_err(|e| {
+    let n = plugin::load(&path).map_err(|e| {
         e.context("loading the plugin (build it with `cargo build --release -p nccl-net-plugin`, or pass --plugin / FERRO_PLUGIN_SO)")
     })?;
-    n.init()?;
+    plugin::init(&n)?;
     progress(&format!(
         "loaded plugin {:?} from {} (init {:.2} s)",
-        n.name,
-        n.path.display(),
+        plugin::name(&n),
+        n.path().display(),
         t.elapsed().as_secs_f64()
     ));
     Ok(n)
@@ -463,8 +457,8 @@ fn serve(c: &Common, o: &BenchOpts, spawn: bool) -> Result<()> {
     };
     let ready = (|| {
         let net = load(c)?;
-        let dev = net.find_device(&c.dev)?;
-        let (handle, listen) = net.listen(dev.index)?;
+        let dev = plugin::find_device(&net, &c.dev)?;
+        let (handle, listen) = net.listen(dev.index).call("listen")?;
         Ok((net, dev, handle, listen))
     })();
     let (net, dev, handle, listen) = match ready {
@@ -477,7 +471,7 @@ fn serve(c: &Common, o: &BenchOpts, spawn: bool) -> Result<()> {
             return Err(e);
         }
     };
-    let hex = net::handle_to_hex(&handle);
+    let hex = handle.to_hex();
     let child: Option<Rc<RefCell<Child>>> = if let Some(mut ch) = early {
         if let Err(e) = pass_handle(&mut ch, &hex) {
             let _ = ch.kill();
@@ -529,9 +523,9 @@ fn serve(c: &Common, o: &BenchOpts, spawn: bool) -> Result<()> {
 fn serve_inner(
     c: &Common,
     o: &BenchOpts,
-    net: &net::Net,
-    dev: net::DevProps,
-    listen: net::ListenComm,
+    net: &Net,
+    dev: plugin::DevProps,
+    listen: ListenComm,
     sizes: &[u64],
     (qps, split): (u32, u32),
     child: Option<Rc<RefCell<Child>>>,
@@ -567,8 +561,8 @@ fn serve_inner(
     s.close()?;
     let meta = Meta {
         mode: o.mode,
-        plugin_path: net.path.display().to_string(),
-        plugin_name: net.name.clone(),
+        plugin_path: net.path().display().to_string(),
+        plugin_name: plugin::name(net),
         dev: dev_name,
         dev_speed_mbps: dev_speed,
         qps,
@@ -595,15 +589,15 @@ fn client(c: &Common, handle: Option<String>) -> Result<()> {
     // The plugin is loaded before the handle is read: in the orchestrated mode the server is
     // loading it at the same time and passes the handle when it listens.
     let given = match handle {
-        Some(h) if h != "-" => Some(net::handle_from_hex(&h)?),
+        Some(h) if h != "-" => Some(Handle::from_hex(&h)?),
         _ => None,
     };
     let _ = apply_env(c);
     let net = load(c)?;
-    let dev = net.find_device(&c.dev)?;
+    let dev = plugin::find_device(&net, &c.dev)?;
     let h = match given {
         Some(h) => h,
-        None => net::handle_from_hex(&session::read_handle_line()?)?,
+        None => Handle::from_hex(&session::read_handle_line()?)?,
     };
     let mut s = session::Session::connect(&net, dev, h, wait_cfg(c))?;
     progress(&format!("connected both ways in {:.2} s", s.setup_s));
@@ -614,7 +608,7 @@ fn client(c: &Common, handle: Option<String>) -> Result<()> {
 fn devices(c: &Common) -> Result<()> {
     let _ = apply_env(c);
     let net = load(c)?;
-    for d in net.devices()? {
+    for d in plugin::devices(&net)? {
         println!(
             "{:>3}  {:<12} {:>8} Mb/s  ptrSupport {:#x}  maxRecvs {}",
             d.index, d.name, d.speed_mbps, d.ptr_support, d.max_recvs
@@ -633,11 +627,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    QUIET.store(common.quiet, Ordering::Relaxed);
-    let _ = PREFIX.set(match cmd {
-        Action::Client { .. } => "ferro-bench client",
-        _ => "ferro-bench",
-    });
+    progress::set(
+        common.quiet,
+        match cmd {
+            Action::Client { .. } => "ferro-bench client",
+            _ => "ferro-bench",
+        },
+    );
     let r = match cmd {
         Action::Help => {
             print!("{USAGE}");
@@ -651,7 +647,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let who = PREFIX.get().copied().unwrap_or("ferro-bench");
+            let who = progress::prefix();
             eprintln!("{who}: error: {e}");
             ExitCode::FAILURE
         }

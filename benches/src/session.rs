@@ -11,9 +11,12 @@
 //! phase is fixed by its command, so the receive-driven ordering of each comm is never ambiguous.
 
 use crate::error::{Context as _, Error, Result};
-use crate::net::{Comm, DevProps, Handle, ListenComm, Mr, Net, Req};
+use crate::plugin::DevProps;
 use core::ffi::c_int;
-use ferro_client::mapped::HostBuf;
+use ferro_ffi::NCCL_PTR_TYPE_HOST;
+use ferro_nccl_standin::mapped::HostBuf;
+use ferro_nccl_standin::net::{Comm, ListenComm, Mr, RecvComm, Request as Req, SendComm};
+use ferro_nccl_standin::{Handle, NcclExt as _, Net};
 use std::time::{Duration, Instant};
 
 /// Tag of control messages and of the handle exchange.
@@ -201,12 +204,62 @@ pub(crate) enum Role {
     Client,
 }
 
-/// A registered buffer on one comm.
+/// A registered buffer (on the session's send comm for the `*_send` buffers, on its receive
+/// comm for the `*_recv` ones).
 #[derive(Debug)]
 pub(crate) struct RegBuf {
     pub(crate) buf: HostBuf,
     pub(crate) mr: Mr,
-    comm: Comm,
+}
+
+impl RegBuf {
+    /// `isend` of `len` bytes at `off`; `None` when the plugin cannot take it yet.
+    ///
+    /// # Safety
+    /// `[off, off + len)` lies in the buffer and stays unchanged until the request completes.
+    pub(crate) unsafe fn isend(
+        &self,
+        net: &Net,
+        comm: &SendComm,
+        off: usize,
+        len: usize,
+        tag: c_int,
+    ) -> Result<Option<Req>> {
+        let data = self.buf.at(off)?.cast();
+        // SAFETY: registered memory that lives as long as the registration (deregistered in
+        // Session::close before the buffer is unmapped); the range per this function's contract.
+        Ok(unsafe { net.isend_ptr(comm, data, len, tag, &self.mr) }.call("isend")?)
+    }
+
+    /// `irecv` of `len` bytes at `off`; `None` when the plugin cannot take it yet.
+    ///
+    /// # Safety
+    /// `[off, off + len)` lies in the buffer and is not used for anything else until the
+    /// request completes.
+    pub(crate) unsafe fn irecv(
+        &self,
+        net: &Net,
+        comm: &RecvComm,
+        off: usize,
+        len: usize,
+        tag: c_int,
+    ) -> Result<Option<Req>> {
+        let data = self.buf.at(off)?.cast();
+        // SAFETY: as in `isend`; the range per this function's contract.
+        Ok(unsafe { net.irecv_ptr(comm, data, len, tag, &self.mr) }.call("irecv")?)
+    }
+}
+
+/// `test` without allocating: `Some(size)` once the one-buffer request is done (the request is
+/// then gone).
+pub(crate) fn test(net: &Net, req: Req) -> Result<Option<usize>> {
+    let mut sizes = [0 as c_int; 1];
+    if !net.test_into(&req, &mut sizes).call("test")? {
+        return Ok(None);
+    }
+    usize::try_from(sizes[0])
+        .map(Some)
+        .map_err(|_| Error::new(format!("test reported size {}", sizes[0])))
 }
 
 /// Both comms of this process, their control buffers, and (after `Hello`) the data buffers.
@@ -215,9 +268,9 @@ pub(crate) struct Session<'n> {
     pub(crate) dev: DevProps,
     pub(crate) role: Role,
     /// This process → peer.
-    pub(crate) send: Comm,
+    pub(crate) send: SendComm,
     /// Peer → this process.
-    pub(crate) recv: Comm,
+    pub(crate) recv: RecvComm,
     listen: Option<ListenComm>,
     ctrl_send: RegBuf,
     ctrl_recv: RegBuf,
@@ -229,9 +282,11 @@ pub(crate) struct Session<'n> {
     pub(crate) setup_s: f64,
     /// The server's listen handle (client), for the comms mode's extra connections.
     server_handle: Option<Handle>,
-    /// The comms mode's extra comms (send comms on the client, receive comms on the server),
-    /// each with the data buffer registered on it.
-    pub(crate) extra: Vec<(Comm, Mr)>,
+    /// The comms mode's extra send comms (client), each with the data buffer registered on it.
+    pub(crate) extra_send: Vec<(SendComm, Mr)>,
+    /// The comms mode's extra receive comms (server), each with the data buffer registered on
+    /// it.
+    pub(crate) extra_recv: Vec<(RecvComm, Mr)>,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -245,13 +300,19 @@ impl std::fmt::Debug for Session<'_> {
     }
 }
 
-fn register(net: &Net, comm: Comm, len: usize, fill: u8) -> Result<RegBuf> {
+fn register(net: &Net, comm: &impl Comm, len: usize, fill: u8) -> Result<RegBuf> {
     let buf = HostBuf::new(len, fill)?;
-    // SAFETY: the buffer lives in the returned RegBuf, which deregisters before freeing it
-    // (Session::close) or outlives the process.
-    let mr = unsafe { net.reg_mr(comm, buf.at(0)?, buf.len()) }
-        .map_err(|e| e.context(format!("registering {} bytes", buf.len())))?;
-    Ok(RegBuf { buf, mr, comm })
+    let mr = reg_host(net, comm, &buf)?;
+    Ok(RegBuf { buf, mr })
+}
+
+/// `regMr` of all of `buf` as host memory.
+fn reg_host(net: &Net, comm: &impl Comm, buf: &HostBuf) -> Result<Mr> {
+    // SAFETY: the buffer lives in a RegBuf, which is deregistered before it is freed
+    // (Session::close), or outlives the process.
+    unsafe { net.reg_ptr(comm, buf.at(0)?.cast(), buf.len(), NCCL_PTR_TYPE_HOST) }
+        .call("regMr")
+        .map_err(|e| Error::from(e).context(format!("registering {} bytes", buf.len())))
 }
 
 impl<'n> Session<'n> {
@@ -266,30 +327,30 @@ impl<'n> Session<'n> {
     ) -> Result<Session<'n>> {
         let start = Instant::now();
         let recv = wait_for(&wait, &mut peer, &|| "accepting the client".into(), || {
-            net.accept(listen)
+            Ok(net.accept(&listen).call("accept")?)
         })?;
-        let ctrl_recv = register(net, recv, 4096, 0)?;
-        let req = post_recv(net, &wait, &mut peer, recv, &ctrl_recv, 128, TAG_CTRL)?;
+        let ctrl_recv = register(net, &recv, 4096, 0)?;
+        let req = post_recv(net, &wait, &mut peer, &recv, &ctrl_recv, 128, TAG_CTRL)?;
         let n = wait_for(
             &wait,
             &mut peer,
             &|| "receiving the client's handle".into(),
-            || net.test(req),
+            || test(net, req),
         )?;
         if n != 128 {
             return Err(Error::new(format!(
                 "the client's handle message has {n} bytes, not 128"
             )));
         }
-        let mut h: Handle = [0; 128];
-        h.copy_from_slice(&ctrl_recv.buf.read_at0(128)?);
+        let mut h = Handle::zeroed();
+        h.0.copy_from_slice(&ctrl_recv.buf.read_at0(128)?);
         let send = wait_for(
             &wait,
             &mut peer,
             &|| "connecting back to the client".into(),
-            || net.connect(dev.index, &mut h),
+            || Ok(net.connect(dev.index, &mut h).call("connect")?),
         )?;
-        let ctrl_send = register(net, send, 4096, 0)?;
+        let ctrl_send = register(net, &send, 4096, 0)?;
         let comms = (send, recv, listen);
         Ok(Self::set_up(
             net,
@@ -317,11 +378,11 @@ impl<'n> Session<'n> {
             &wait,
             &mut peer,
             &|| "connecting to the server".into(),
-            || net.connect(dev.index, &mut handle),
+            || Ok(net.connect(dev.index, &mut handle).call("connect")?),
         )?;
-        let mut ctrl_send = register(net, send, 4096, 0)?;
-        let (h2, listen) = net.listen(dev.index)?;
-        ctrl_send.buf.write_at0(&h2)?;
+        let mut ctrl_send = register(net, &send, 4096, 0)?;
+        let (h2, listen) = net.listen(dev.index).call("listen")?;
+        ctrl_send.buf.write_at0(&h2.0)?;
         let req = wait_for(
             &wait,
             &mut peer,
@@ -329,19 +390,19 @@ impl<'n> Session<'n> {
             || {
                 // SAFETY: 128 bytes at the start of the registered control buffer, unchanged until
                 // the request completes (waited for below).
-                unsafe { net.isend(send, ctrl_send.buf.at(0)?, 128, TAG_CTRL, ctrl_send.mr) }
+                unsafe { ctrl_send.isend(net, &send, 0, 128, TAG_CTRL) }
             },
         )?;
         wait_for(
             &wait,
             &mut peer,
             &|| "sending this side's handle".into(),
-            || net.test(req),
+            || test(net, req),
         )?;
         let recv = wait_for(&wait, &mut peer, &|| "accepting the server".into(), || {
-            net.accept(listen)
+            Ok(net.accept(&listen).call("accept")?)
         })?;
-        let ctrl_recv = register(net, recv, 4096, 0)?;
+        let ctrl_recv = register(net, &recv, 4096, 0)?;
         let comms = (send, recv, listen);
         let mut s = Self::set_up(
             net,
@@ -363,32 +424,40 @@ impl<'n> Session<'n> {
     /// their data buffer on every new comm.
     pub(crate) fn open_extra(&mut self, n: usize) -> Result<()> {
         let net = self.net;
-        while self.extra.len() < n {
-            let i = self.extra.len();
-            let (comm, rb) = match self.role {
-                Role::Client => {
+        let no_data = || Error::new("no data buffer");
+        match self.role {
+            Role::Client => {
+                while self.extra_send.len() < n {
+                    let i = self.extra_send.len();
                     let mut h = self
                         .server_handle
                         .ok_or_else(|| Error::new("no server handle"))?;
                     let dev = self.dev.index;
                     let what = || format!("connecting extra comm {i}");
                     let c = wait_for(&self.wait, &mut self.peer, &what, || {
-                        net.connect(dev, &mut h)
+                        Ok(net.connect(dev, &mut h).call("connect")?)
                     })?;
-                    (c, self.data_send.as_ref())
+                    let rb = self.data_send.as_ref().ok_or_else(no_data)?;
+                    let mr = reg_host(net, &c, &rb.buf)?;
+                    self.extra_send.push((c, mr));
                 }
-                Role::Server => {
-                    let l = self.listen.ok_or_else(|| Error::new("no listen comm"))?;
+            }
+            Role::Server => {
+                while self.extra_recv.len() < n {
+                    let i = self.extra_recv.len();
+                    let l = self
+                        .listen
+                        .as_ref()
+                        .ok_or_else(|| Error::new("no listen comm"))?;
                     let what = || format!("accepting extra comm {i}");
-                    let c = wait_for(&self.wait, &mut self.peer, &what, || net.accept(l))?;
-                    (c, self.data_recv.as_ref())
+                    let c = wait_for(&self.wait, &mut self.peer, &what, || {
+                        Ok(net.accept(l).call("accept")?)
+                    })?;
+                    let rb = self.data_recv.as_ref().ok_or_else(no_data)?;
+                    let mr = reg_host(net, &c, &rb.buf)?;
+                    self.extra_recv.push((c, mr));
                 }
-            };
-            let rb = rb.ok_or_else(|| Error::new("no data buffer"))?;
-            // SAFETY: the data buffer outlives the registration (deregistered in close, before
-            // the buffer is freed).
-            let mr = unsafe { net.reg_mr(comm, rb.buf.at(0)?, rb.buf.len()) }?;
-            self.extra.push((comm, mr));
+            }
         }
         Ok(())
     }
@@ -400,7 +469,7 @@ impl<'n> Session<'n> {
         net: &'n Net,
         dev: DevProps,
         role: Role,
-        (send, recv, listen): (Comm, Comm, ListenComm),
+        (send, recv, listen): (SendComm, RecvComm, ListenComm),
         (ctrl_send, ctrl_recv): (RegBuf, RegBuf),
         wait: WaitCfg,
         peer: Option<PeerCheck>,
@@ -421,7 +490,8 @@ impl<'n> Session<'n> {
             peer,
             setup_s: start.elapsed().as_secs_f64(),
             server_handle: None,
-            extra: Vec::new(),
+            extra_send: Vec::new(),
+            extra_recv: Vec::new(),
         }
     }
 
@@ -429,9 +499,9 @@ impl<'n> Session<'n> {
     pub(crate) fn alloc_data(&mut self, send_bytes: u64, recv_bytes: u64) -> Result<()> {
         let t = Instant::now();
         let us = |v: u64| usize::try_from(v).map_err(|_| Error::new("buffer too large"));
-        self.data_send = Some(register(self.net, self.send, us(send_bytes)?, 0x5a)?);
-        self.data_recv = Some(register(self.net, self.recv, us(recv_bytes)?, 0)?);
-        crate::progress(&format!(
+        self.data_send = Some(register(self.net, &self.send, us(send_bytes)?, 0x5a)?);
+        self.data_recv = Some(register(self.net, &self.recv, us(recv_bytes)?, 0)?);
+        crate::progress::progress(&format!(
             "{}: registered data buffers ({} to send, {} to receive) in {:.2} s",
             self.role_name(),
             crate::units::fmt_size(send_bytes),
@@ -471,13 +541,13 @@ impl<'n> Session<'n> {
     /// is delivered.
     fn send_ctrl(&mut self, m: &[u8; CTRL_BYTES], what: &dyn Fn() -> String) -> Result<()> {
         self.ctrl_send.buf.write_at0(m)?;
-        let (net, send, cs) = (self.net, self.send, &self.ctrl_send);
+        let (net, send, cs) = (self.net, &self.send, &self.ctrl_send);
         let req = wait_for(&self.wait, &mut self.peer, what, || {
             // SAFETY: the message at the start of the registered control buffer, unchanged
             // until the request completes (waited for below).
-            unsafe { net.isend(send, cs.buf.at(0)?, CTRL_BYTES, TAG_CTRL, cs.mr) }
+            unsafe { cs.isend(net, send, 0, CTRL_BYTES, TAG_CTRL) }
         })?;
-        wait_for(&self.wait, &mut self.peer, what, || net.test(req))?;
+        wait_for(&self.wait, &mut self.peer, what, || test(net, req))?;
         Ok(())
     }
 
@@ -487,7 +557,7 @@ impl<'n> Session<'n> {
         let req = self.post_cmd_recv()?;
         let net = self.net;
         let what = || "receiving the client's counters".to_string();
-        let n = wait_for(&self.wait, &mut self.peer, &what, || net.test(req))?;
+        let n = wait_for(&self.wait, &mut self.peer, &what, || test(net, req))?;
         let m = self.ctrl_recv.buf.read_at0(CTRL_BYTES)?;
         if n != CTRL_BYTES || le_word(&m, 0..4) != u64::from(REPORT_MAGIC) {
             return Err(Error::new("the client's counter report is malformed"));
@@ -508,7 +578,7 @@ impl<'n> Session<'n> {
             self.net,
             &self.wait,
             &mut self.peer,
-            self.recv,
+            &self.recv,
             &self.ctrl_recv,
             CTRL_BYTES,
             TAG_CTRL,
@@ -532,7 +602,7 @@ impl<'n> Session<'n> {
             &self.wait,
             &mut self.peer,
             &|| "waiting for the server's next command".into(),
-            || net.test(req),
+            || test(net, req),
         )?;
         self.read_cmd(n)
     }
@@ -546,25 +616,50 @@ impl<'n> Session<'n> {
                 first_err.get_or_insert(e);
             }
         };
-        for (c, mr) in std::mem::take(&mut self.extra) {
-            keep(net.dereg_mr(c, mr));
-            keep(match self.role {
-                Role::Client => net.close_send(c),
-                Role::Server => net.close_recv(c),
-            });
+        for (c, mr) in std::mem::take(&mut self.extra_send) {
+            keep(net.dereg_mr(&c, mr).call("deregMr").map_err(Error::from));
+            keep(net.close_send(c).call("closeSend").map_err(Error::from));
         }
-        for rb in [self.data_send.take(), self.data_recv.take()]
+        for (c, mr) in std::mem::take(&mut self.extra_recv) {
+            keep(net.dereg_mr(&c, mr).call("deregMr").map_err(Error::from));
+            keep(net.close_recv(c).call("closeRecv").map_err(Error::from));
+        }
+        for rb in [self.data_send.take()]
             .into_iter()
             .flatten()
-            .chain([self.ctrl_send, self.ctrl_recv])
+            .chain([self.ctrl_send])
         {
-            keep(net.dereg_mr(rb.comm, rb.mr));
+            keep(
+                net.dereg_mr(&self.send, rb.mr)
+                    .call("deregMr")
+                    .map_err(Error::from),
+            );
             drop(rb.buf);
         }
-        keep(net.close_send(self.send));
-        keep(net.close_recv(self.recv));
+        for rb in [self.data_recv.take()]
+            .into_iter()
+            .flatten()
+            .chain([self.ctrl_recv])
+        {
+            keep(
+                net.dereg_mr(&self.recv, rb.mr)
+                    .call("deregMr")
+                    .map_err(Error::from),
+            );
+            drop(rb.buf);
+        }
+        keep(
+            net.close_send(self.send)
+                .call("closeSend")
+                .map_err(Error::from),
+        );
+        keep(
+            net.close_recv(self.recv)
+                .call("closeRecv")
+                .map_err(Error::from),
+        );
         if let Some(l) = self.listen.take() {
-            keep(net.close_listen(l));
+            keep(net.close_listen(l).call("closeListen").map_err(Error::from));
         }
         match first_err {
             Some(e) => Err(e.context("closing")),
@@ -579,7 +674,7 @@ fn post_recv(
     net: &Net,
     wait: &WaitCfg,
     peer: &mut Option<PeerCheck>,
-    comm: Comm,
+    comm: &RecvComm,
     rb: &RegBuf,
     len: usize,
     tag: c_int,
@@ -591,7 +686,7 @@ fn post_recv(
         || {
             // SAFETY: len bytes at the start of a registered buffer that lives as long as the
             // session; this protocol never reuses it before the request completes.
-            unsafe { net.irecv(comm, rb.buf.at(0)?, len, tag, rb.mr) }
+            unsafe { rb.irecv(net, comm, 0, len, tag) }
         },
     )
 }

@@ -1,4 +1,5 @@
-//! What GPU-memory registration an RDMA device supports, as a typed decision with reasons.
+//! Layer 4 of 5, GPUDirect detection: what GPU-memory registration an RDMA device supports, as a
+//! typed decision with reasons.
 //!
 //! NCCL registers GPU memory with a net plugin in one of two ways (the net plugin ABI's
 //! registration calls): `regMrDmaBuf` with a DMA-BUF fd (the plugin advertises

@@ -1,4 +1,5 @@
-//! `nccl-net-doctor`: "will the plugin work on this host, and why (not)?" in one screen.
+//! A tool over the plugin's layers, the host check `nccl-net-doctor`: "will the plugin work on
+//! this host, and why (not)?" in one screen.
 //!
 //! The module is split in layers, so that everything but collection is tested without RDMA
 //! hardware:

@@ -1,4 +1,5 @@
-//! `nccl-net-doctor`: will the Ferro NCCL network plugin work on this host, and why (not)?
+//! A tool over the plugin's layers, the host check `nccl-net-doctor`: will the Ferro NCCL network
+//! plugin work on this host, and why (not)?
 //!
 //! A thin wrapper: collection, verdicts and rendering live in this crate's library.
 //! Exit status: 0 when at least one device port is usable and no node or pod check failed, 1 when

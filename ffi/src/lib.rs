@@ -1,4 +1,5 @@
-//! NCCL external network plugin ABI, versions 7 to 12 (`ncclNet_v7_t` … `ncclNet_v12_t`).
+//! Layer 1 of 5, the ABI layer: NCCL's external network plugin ABI, versions 7 to 12
+//! (`ncclNet_v7_t` … `ncclNet_v12_t`).
 //!
 //! Every type here is written by hand from the documented, compiler-verified layouts (see
 //! `docs/DESIGN.md`, "ABI versions") and pinned by compile-time size/offset assertions in each

@@ -1,4 +1,5 @@
-//! `libnccl-net-ferro.so`: an NCCL network plugin (ncclNet v7 to v12) over ibverbs.
+//! Layer 5 of 5, the plugin `libnccl-net-ferro.so`: an NCCL network plugin (ncclNet v7 to v12)
+//! over ibverbs.
 //!
 //! The exported tables [`ncclNetPlugin_v7`] … [`ncclNetPlugin_v12`] point at thin `extern "C"`
 //! shims ([`shim`]) over one version-independent core. Each shim converts its arguments, calls

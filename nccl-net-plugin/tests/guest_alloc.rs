@@ -8,9 +8,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
-use ferro_client::raw;
-use ferro_client::table::Table;
 use ferro_ffi::{ncclResult_t, profiler_event};
+use ferro_nccl_standin::raw;
+use ferro_nccl_standin::table::Table;
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
 use nccl_net_ferro::ncclNetPlugin_v10 as NET10;
 use std::ptr::null_mut;

@@ -9,8 +9,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
-use ferro_client::raw;
-use ferro_client::table::Table;
+use ferro_nccl_standin::raw;
+use ferro_nccl_standin::table::Table;
 use nccl_net_ferro::transport::comm_ref;
 use nccl_net_ferro::{ncclNetPlugin_v10, ncclNetPlugin_v11};
 use std::time::{Duration, Instant};

@@ -1,5 +1,5 @@
-//! The plugin's protocol core, with no I/O: everything here is plain data and pure functions, so
-//! it is tested on any machine without RDMA.
+//! Layer 3 of 5, the protocol core (no I/O): everything here is plain data and pure functions,
+//! so it is tested on any machine without RDMA.
 //!
 //! - [`handle`]: the 128-byte listen handle NCCL carries between ranks.
 //! - [`wire`]: the out-of-band handshake messages (queue-pair metadata, ready, reject), decoded

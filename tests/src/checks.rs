@@ -1,10 +1,11 @@
 //! Bad-input checks shared by the host tests (no RDMA device: init failed) and the guest tests
 //! (live devices): each call must return a known error code, never success, never crash.
 
+use crate::blocking::Backoff;
 use crate::buffer::{Buffer, Rng};
 use crate::handle::Handle;
 use crate::logger;
-use crate::net::{Backoff, Net};
+use crate::net::Net;
 use crate::raw;
 use core::ffi::{c_int, c_void};
 use ferro_ffi::{log_level, ncclResult_t};

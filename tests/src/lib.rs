@@ -1,13 +1,13 @@
-//! Integration-test harness for the Ferro NCCL network plugin.
+//! Test side, the integration-test harness for the Ferro NCCL network plugin.
 //!
 //! The plugin is loaded exactly the way NCCL loads it: `dlopen(path, RTLD_NOW|RTLD_LOCAL)`, then
 //! `dlsym("ncclNetPlugin_v<N>")` (v8 unless `FERRO_NET_ABI` names another version), and every
 //! call goes through that exported table ([`net::Net`]).
 //! Nothing here links the plugin crate.
 //!
-//! The client side (loading, typed table calls, handles, buffers, NCCL's logger) is the
-//! `ferro-client` crate, shared with the benchmark and the plugin's in-process tests; its modules
-//! are re-exported here as [`net`], [`handle`], [`buffer`], [`logger`] and [`error`].
+//! The NCCL side (loading, typed table calls, handles, buffers, NCCL's logger) is the
+//! `ferro-nccl-standin` crate, shared with the benchmark and the plugin's in-process tests; its
+//! modules are re-exported here as [`net`], [`handle`], [`buffer`], [`logger`] and [`error`].
 //! - [`checks`]: bad-input checks shared by the host and guest tests.
 //! - [`elf`]: the `DT_NEEDED` list of a shared object, read from its dynamic section.
 //! - [`guest`]: facts about the soft-RoCE test-bed guest (`ibv_devinfo`, `rdma resource`).
@@ -32,7 +32,9 @@ pub mod guest;
 pub mod rank;
 pub mod scenario;
 
-pub use ferro_client::{bail, buffer, ensure, error, handle, logger, net, raw, table};
+pub use ferro_nccl_standin::{
+    bail, blocking, buffer, ensure, error, handle, logger, net, raw, table,
+};
 
 pub use error::{HResult, HarnessError, NcclExt};
 pub use handle::{Handle, handle_socket_addr};

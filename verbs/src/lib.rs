@@ -1,4 +1,5 @@
-//! libibverbs, loaded at run time, and what the plugin needs from it.
+//! Layer 2 of 5, the verbs layer: libibverbs, loaded at run time, and what the plugin needs from
+//! it.
 //!
 //! - [`sys`]: hand-written `repr(C)` verbs types (layout checked against the system headers by a test).
 //! - [`loader`]: `dlopen` of libibverbs with pinned symbol versions; optional symbols become capabilities.

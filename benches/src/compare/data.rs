@@ -1,7 +1,6 @@
 //! The inputs: perftest's result lines and ferro-bench's CSV files, parsed into series of
 //! samples per tool, configuration and size.
 
-use super::*;
 use crate::error::{Context as _, Error, Result};
 use crate::model::median;
 use std::collections::BTreeMap;
@@ -273,4 +272,22 @@ pub(super) fn load(dir: &Path) -> Result<Data> {
         d.add_ferro(&name, &text)?;
     }
     Ok(d)
+}
+
+/// The round number at the end of a ferro-bench label ("round 3" -> 3).
+pub(super) fn round_of_label(label: &str) -> Option<u32> {
+    let t = label.trim();
+    let start = t.rfind(|c: char| !c.is_ascii_digit()).map_or(0, |i| i + 1);
+    t[start..].parse().ok()
+}
+
+pub(super) fn cfg_name((q, s, w): Cfg) -> String {
+    format!(
+        "ferro {q}QP{} w{w}",
+        if q > 1 {
+            format!(" split{s}")
+        } else {
+            String::new()
+        }
+    )
 }

@@ -1,7 +1,7 @@
 //! The comparison: per-size medians side by side, ratios per round, the summary lines, the
 //! CSV and the JSON fields.
 
-use super::*;
+use super::data::{Cfg, Data, Series, cfg_name};
 use crate::model::median;
 use crate::units::fmt_size;
 use serde_json::Value;
@@ -40,24 +40,6 @@ pub(super) fn pratio(num: Option<&Series>, den: Option<&Series>, size: u64) -> O
     } else {
         Some(median(&per_round))
     }
-}
-
-/// The round number at the end of a ferro-bench label ("round 3" -> 3).
-pub(super) fn round_of_label(label: &str) -> Option<u32> {
-    let t = label.trim();
-    let start = t.rfind(|c: char| !c.is_ascii_digit()).map_or(0, |i| i + 1);
-    t[start..].parse().ok()
-}
-
-pub(super) fn cfg_name((q, s, w): Cfg) -> String {
-    format!(
-        "ferro {q}QP{} w{w}",
-        if q > 1 {
-            format!(" split{s}")
-        } else {
-            String::new()
-        }
-    )
 }
 
 /// Everything the report says, computed once.

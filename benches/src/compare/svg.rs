@@ -1,6 +1,6 @@
 //! The bandwidth plot (SVG, log-log), plugin next to perftest.
 
-use super::*;
+use super::data::{Cfg, Data, Series, cfg_name};
 use crate::units::fmt_size;
 use std::fmt::Write as _;
 

@@ -1,5 +1,6 @@
 //! Each version's properties layout, filled from the core's [`DeviceProps`]: only the fields a
-//! version has, with the values the core decided.
+//! version has, with the values the core decided. The fields every version shares are written
+//! once (`layout!`); each version lists only its own, each value computed by one helper.
 
 use crate::plugin::DeviceProps;
 use core::ffi::c_int;
@@ -13,6 +14,18 @@ fn vprops<const N: usize>(p: &DeviceProps) -> (c_int, [c_int; N]) {
     (p.members.len().min(N) as c_int, devs)
 }
 
+/// `vProps` in the v9 to v11 layout (4 members).
+fn vprops_v9(p: &DeviceProps) -> ncclNetVDeviceProps_v9_t {
+    let (ndevs, devs) = vprops(p);
+    ncclNetVDeviceProps_v9_t { ndevs, devs }
+}
+
+/// `vProps` in the v12 layout (8 members).
+fn vprops_v12(p: &DeviceProps) -> ncclNetVDeviceProps_v12_t {
+    let (ndevs, devs) = vprops(p);
+    ncclNetVDeviceProps_v12_t { ndevs, devs }
+}
+
 /// `maxP2pBytes` / `maxCollBytes`: what one request carries (`plugin::MAX_REQUEST_BYTES`,
 /// 4 GiB - 1), as is; the clamp into NCCL's accepted range (1 byte to 1 TiB) never changes it.
 fn max_bytes(p: &DeviceProps) -> usize {
@@ -21,113 +34,82 @@ fn max_bytes(p: &DeviceProps) -> usize {
         .clamp(1, NCCL_MAX_NET_SIZE_BYTES)
 }
 
+/// Requests one multi-request may combine: this plugin does not combine requests.
+const MAX_MULTI_REQUEST_SIZE: c_int = 1;
+
+/// The struct `$t` from `$p`: the eleven fields every version has, written here once, then the
+/// version's own fields as given.
+macro_rules! layout {
+    ($t:ident, $p:ident $(, $field:ident: $value:expr)* $(,)?) => {
+        $t {
+            name: $p.name,
+            pciPath: $p.pci_path,
+            guid: $p.guid,
+            ptrSupport: $p.ptr_support,
+            speed: $p.speed,
+            port: $p.port,
+            latency: 0.0,
+            maxComms: $p.max_comms,
+            maxRecvs: $p.max_recvs,
+            netDeviceType: NCCL_NET_DEVICE_HOST,
+            netDeviceVersion: NCCL_NET_DEVICE_INVALID_VERSION,
+            $($field: $value,)*
+        }
+    };
+}
+
 pub(super) fn v7(p: &DeviceProps) -> ncclNetProperties_v7_t {
-    ncclNetProperties_v7_t {
-        name: p.name,
-        pciPath: p.pci_path,
-        guid: p.guid,
-        ptrSupport: p.ptr_support,
-        speed: p.speed,
-        port: p.port,
-        latency: 0.0,
-        maxComms: p.max_comms,
-        maxRecvs: p.max_recvs,
-        netDeviceType: NCCL_NET_DEVICE_HOST,
-        netDeviceVersion: NCCL_NET_DEVICE_INVALID_VERSION,
-    }
+    layout!(ncclNetProperties_v7_t, p)
 }
 
 pub(super) fn v8(p: &DeviceProps) -> ncclNetProperties_v8_t {
-    ncclNetProperties_v8_t {
-        name: p.name,
-        pciPath: p.pci_path,
-        guid: p.guid,
-        ptrSupport: p.ptr_support,
+    layout!(
+        ncclNetProperties_v8_t,
+        p,
         regIsGlobal: c_int::from(p.reg_is_global),
-        speed: p.speed,
-        port: p.port,
-        latency: 0.0,
-        maxComms: p.max_comms,
-        maxRecvs: p.max_recvs,
-        netDeviceType: NCCL_NET_DEVICE_HOST,
-        netDeviceVersion: NCCL_NET_DEVICE_INVALID_VERSION,
-    }
+    )
 }
 
 /// v9 and v10 (one layout).
 pub(super) fn v9(p: &DeviceProps) -> ncclNetProperties_v9_t {
-    let (ndevs, devs) = vprops(p);
-    ncclNetProperties_v9_t {
-        name: p.name,
-        pciPath: p.pci_path,
-        guid: p.guid,
-        ptrSupport: p.ptr_support,
+    layout!(
+        ncclNetProperties_v9_t,
+        p,
         regIsGlobal: c_int::from(p.reg_is_global),
         forceFlush: c_int::from(p.force_flush),
-        speed: p.speed,
-        port: p.port,
-        latency: 0.0,
-        maxComms: p.max_comms,
-        maxRecvs: p.max_recvs,
-        netDeviceType: NCCL_NET_DEVICE_HOST,
-        netDeviceVersion: NCCL_NET_DEVICE_INVALID_VERSION,
-        vProps: ncclNetVDeviceProps_v9_t { ndevs, devs },
+        vProps: vprops_v9(p),
         maxP2pBytes: max_bytes(p),
         maxCollBytes: max_bytes(p),
-    }
+    )
 }
 
-/// Requests one multi-request may combine: this plugin does not combine requests.
-const MAX_MULTI_REQUEST_SIZE: c_int = 1;
-
 pub(super) fn v11(p: &DeviceProps) -> ncclNetProperties_v11_t {
-    let b = v9(p);
-    ncclNetProperties_v11_t {
-        name: b.name,
-        pciPath: b.pciPath,
-        guid: b.guid,
-        ptrSupport: b.ptrSupport,
-        regIsGlobal: b.regIsGlobal,
-        forceFlush: b.forceFlush,
-        speed: b.speed,
-        port: b.port,
-        latency: b.latency,
-        maxComms: b.maxComms,
-        maxRecvs: b.maxRecvs,
-        netDeviceType: b.netDeviceType,
-        netDeviceVersion: b.netDeviceVersion,
-        vProps: b.vProps,
-        maxP2pBytes: b.maxP2pBytes,
-        maxCollBytes: b.maxCollBytes,
+    layout!(
+        ncclNetProperties_v11_t,
+        p,
+        regIsGlobal: c_int::from(p.reg_is_global),
+        forceFlush: c_int::from(p.force_flush),
+        vProps: vprops_v9(p),
+        maxP2pBytes: max_bytes(p),
+        maxCollBytes: max_bytes(p),
         maxMultiRequestSize: MAX_MULTI_REQUEST_SIZE,
-    }
+    )
 }
 
 pub(super) fn v12(p: &DeviceProps) -> ncclNetProperties_v12_t {
-    let b = v9(p);
-    let (ndevs, devs) = vprops(p);
-    ncclNetProperties_v12_t {
-        name: b.name,
-        pciPath: b.pciPath,
-        guid: b.guid,
-        ptrSupport: b.ptrSupport,
-        regIsGlobal: b.regIsGlobal,
-        forceFlush: b.forceFlush,
-        speed: b.speed,
-        port: b.port,
-        latency: b.latency,
-        maxComms: b.maxComms,
-        maxRecvs: b.maxRecvs,
-        netDeviceType: b.netDeviceType,
-        netDeviceVersion: b.netDeviceVersion,
-        vProps: ncclNetVDeviceProps_v12_t { ndevs, devs },
-        maxP2pBytes: b.maxP2pBytes,
-        maxCollBytes: b.maxCollBytes,
+    layout!(
+        ncclNetProperties_v12_t,
+        p,
+        regIsGlobal: c_int::from(p.reg_is_global),
+        forceFlush: c_int::from(p.force_flush),
+        vProps: vprops_v12(p),
+        maxP2pBytes: max_bytes(p),
+        maxCollBytes: max_bytes(p),
         maxMultiRequestSize: MAX_MULTI_REQUEST_SIZE,
         // No rail or plane topology is known for these devices.
         railId: NCCL_NET_ID_UNDEF,
         planeId: NCCL_NET_ID_UNDEF,
-    }
+    )
 }
 
 #[cfg(test)]

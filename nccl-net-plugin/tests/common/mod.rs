@@ -1,15 +1,15 @@
 //! Helpers shared by the in-process guest tests. They drive the plugin's table linked into the
-//! test binary through the shared client (`ferro-client`, the same client the dlopen harness and
-//! the benchmark use) for setup, and through thin raw-pointer wrappers for the data path (tests
+//! test binary through the NCCL stand-in (`ferro-nccl-standin`, the same one the dlopen harness
+//! and the benchmark use) for setup, and through thin raw-pointer wrappers for the data path (tests
 //! that count allocations or deliberately misuse the table need the raw calls).
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::{c_int, c_void};
-use ferro_client::net::Comm as _;
-use ferro_client::{Net, raw};
 use ferro_ffi::ncclResult_t;
+use ferro_nccl_standin::net::Comm as _;
+use ferro_nccl_standin::{Net, raw};
 use nccl_net_ferro::ncclNetPlugin_v8 as NET;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
     unused_imports,
     reason = "used by some of the test binaries that include this module"
 )]
-pub use ferro_client::Handle;
+pub use ferro_nccl_standin::Handle;
 
 pub fn ok(r: ncclResult_t, what: &str) {
     assert_eq!(r, ncclResult_t::Success, "{what}");
 }
 
-/// The linked table, through the shared client.
+/// The linked table, through the NCCL stand-in.
 pub fn net() -> &'static Net {
     static N: OnceLock<Net> = OnceLock::new();
     N.get_or_init(|| Net::linked(&NET))
@@ -251,4 +251,27 @@ pub fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// Reads the child's stdout until a line containing `word`; returns what follows it.
+pub fn read_until(
+    child: &mut Child,
+    lines: &mut impl Iterator<Item = String>,
+    word: &str,
+) -> String {
+    for l in lines.by_ref() {
+        if let Some(at) = l.find(word) {
+            return l[at + word.len()..].trim().to_string();
+        }
+    }
+    let _ = child.kill();
+    panic!("the child ended before printing {word:?}");
+}
+
+/// Panics outside the soft-RoCE guest, saying what the test needs.
+pub fn in_guest() {
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
+        "needs the soft-RoCE guest (run the README's test command)"
+    );
 }

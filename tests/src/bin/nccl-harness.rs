@@ -1,4 +1,4 @@
-//! One rank of a multi-process plugin scenario (see `ferro_tests::scenario` and
+//! Test side, one rank of a multi-process plugin scenario (see `ferro_tests::scenario` and
 //! `ferro_tests::rank` for the line protocol). Started by the integration tests:
 //!
 //! `nccl-harness --scenario NAME --rank R --nranks N [--dev rxe0] [--iters N] [--victim sender|receiver]`

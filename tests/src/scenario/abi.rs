@@ -344,7 +344,7 @@ fn transfer(
             let buf = Buffer::new(cap)?;
             buf.fill_byte(0, cap, CANARY);
             let mr = net.reg_host(rc, &buf).call("regMr")?;
-            let mut b = crate::net::Backoff::new("irecv to be posted", OP_TIMEOUT);
+            let mut b = crate::blocking::Backoff::new("irecv to be posted", OP_TIMEOUT);
             let hint = if v >= AbiVersion::V9 {
                 ferro_ffi::NCCL_NET_OPTIONAL_RECV_COMPLETION as *mut c_void
             } else {
@@ -402,7 +402,7 @@ fn transfer(
             let buf = Buffer::new(size.max(1))?;
             buf.fill_pattern(0, size, s);
             let mr = net.reg_host(sc, &buf).call("regMr")?;
-            let mut b = crate::net::Backoff::new("isend to be posted", OP_TIMEOUT);
+            let mut b = crate::blocking::Backoff::new("isend to be posted", OP_TIMEOUT);
             if profiled {
                 begin(ph);
             }
@@ -462,7 +462,7 @@ fn grouped_transfer(
         }
         begin(PH_GROUP);
         begin(PH_GROUP + 1);
-        let mut back = crate::net::Backoff::new("grouped irecv to be posted", OP_TIMEOUT);
+        let mut back = crate::blocking::Backoff::new("grouped irecv to be posted", OP_TIMEOUT);
         let req = loop {
             let mut phs = [PH_GROUP as *mut c_void, (PH_GROUP + 1) as *mut c_void];
             // SAFETY: a live receive comm; both buffers are registered and stay mapped.
@@ -517,7 +517,7 @@ fn grouped_transfer(
         for i in 0..2 {
             let ph = PH_GROUP + i;
             begin(ph);
-            let mut back = crate::net::Backoff::new("grouped isend to be posted", OP_TIMEOUT);
+            let mut back = crate::blocking::Backoff::new("grouped isend to be posted", OP_TIMEOUT);
             let req = loop {
                 // SAFETY: a live send comm; the buffer is registered and stays mapped.
                 let r = unsafe {
@@ -582,7 +582,7 @@ fn post_unfilled(net: &Net, rc: &RecvComm) -> HResult<crate::net::Mr> {
     let buf = Buffer::new(PAGE)?;
     let mr = net.reg_host(rc, &buf).call("regMr")?;
     begin(PH_OPEN);
-    let mut back = crate::net::Backoff::new("irecv to be posted", OP_TIMEOUT);
+    let mut back = crate::blocking::Backoff::new("irecv to be posted", OP_TIMEOUT);
     loop {
         let mut phs = [PH_OPEN as *mut c_void];
         // SAFETY: a live receive comm; the buffer is registered and outlives the comm.
@@ -609,7 +609,7 @@ fn post_unfilled(net: &Net, rc: &RecvComm) -> HResult<crate::net::Mr> {
 
 /// Tests a raw request until done; returns its sizes.
 fn wait_raw(net: &Net, req: *mut c_void) -> HResult<[c_int; 8]> {
-    let mut b = crate::net::Backoff::new("request to complete", OP_TIMEOUT);
+    let mut b = crate::blocking::Backoff::new("request to complete", OP_TIMEOUT);
     loop {
         let mut sizes = [-1 as c_int; 8];
         // SAFETY: a live request not yet reported done; room for its sizes.

@@ -16,9 +16,10 @@
 
 use super::Ctx;
 use super::common::*;
+use crate::blocking::Backoff;
 use crate::buffer::{Buffer, PAGE, round_up, seed};
 use crate::error::{HResult, NcclExt};
-use crate::net::{Backoff, Comm};
+use crate::net::Comm;
 use crate::{ensure, raw};
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};

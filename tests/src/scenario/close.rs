@@ -10,10 +10,11 @@
 
 use super::Ctx;
 use super::common::*;
+use crate::blocking::Backoff;
 use crate::buffer::{Buffer, PAGE, seed};
 use crate::error::{HResult, NcclExt};
 use crate::guest::{VerbsCounts, open_fds, verbs_counts};
-use crate::net::{Backoff, Request};
+use crate::net::Request;
 use crate::{bail, ensure};
 use std::time::Duration;
 

@@ -1,8 +1,9 @@
 //! Transfer and verification helpers shared by the scenarios.
 
+use crate::blocking::Backoff;
 use crate::buffer::Buffer;
 use crate::error::{HResult, HarnessError, NcclExt};
-use crate::net::{Backoff, Mr, Net, RecvComm, RecvSlot, Request, SendComm};
+use crate::net::{Mr, Net, RecvComm, RecvSlot, Request, SendComm};
 use crate::{bail, ensure};
 use core::ffi::c_int;
 use std::time::Duration;

@@ -8,9 +8,10 @@
 
 use super::common::*;
 use super::{Ctx, Victim};
+use crate::blocking::Backoff;
 use crate::buffer::{Buffer, seed};
 use crate::error::{HResult, HarnessError, NcclExt};
-use crate::net::{Backoff, Mr, Net, RecvComm, RecvSlot, Request, SendComm};
+use crate::net::{Mr, Net, RecvComm, RecvSlot, Request, SendComm};
 use crate::{bail, ensure};
 use ferro_ffi::ncclResult_t;
 use std::time::{Duration, Instant};

@@ -82,10 +82,10 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
         ("a repeated member", net.make_vdevice(&[m0, m0])),
         ("a member out of range", net.make_vdevice(&[m0, 999])),
         ("a virtual member", net.make_vdevice(&[m0, ctx.dev])),
-        ("zero members", raw::make_vdevice_raw(net.table(), 0)),
+        ("zero members", raw::make_vdevice(net.table(), 0, &[])),
         (
             "more members than the version allows",
-            raw::make_vdevice_raw(net.table(), max + 1),
+            raw::make_vdevice(net.table(), max + 1, &[]),
         ),
     ] {
         ensure!(r.is_err(), "makeVDevice of {what} was accepted: {r:?}");

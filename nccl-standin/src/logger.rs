@@ -1,7 +1,7 @@
 //! NCCL's logger for the plugin, recording every line.
 //!
 //! `ncclDebugLogger_t` is a C variadic function, which stable Rust cannot define: the function
-//! handed to the plugin is `ferro_client_logger` in `csrc/logger.c`. It formats the message with
+//! handed to the plugin is `ferro_standin_logger` in `csrc/logger.c`. It formats the message with
 //! `vsnprintf` and passes the text to `sink` here, which appends it to a process-wide list and
 //! echoes it to stderr when `FERRO_TEST_VERBOSE=1`.
 
@@ -23,7 +23,7 @@ type SinkFn = unsafe extern "C" fn(
 
 unsafe extern "C" {
     /// The variadic logger (`csrc/logger.c`).
-    fn ferro_client_logger(
+    fn ferro_standin_logger(
         level: c_int,
         flags: c_ulong,
         filefunc: *const c_char,
@@ -32,7 +32,7 @@ unsafe extern "C" {
         ...
     );
     /// Installs the function that receives formatted lines.
-    fn ferro_client_set_sink(f: Option<SinkFn>);
+    fn ferro_standin_set_sink(f: Option<SinkFn>);
 }
 
 /// One line the plugin logged.
@@ -128,15 +128,15 @@ unsafe extern "C" fn sink(
     store().lines.push(entry);
 }
 
-/// The logger to pass to the plugin's `init`: `ferro_client_logger`, with the recording sink
+/// The logger to pass to the plugin's `init`: `ferro_standin_logger`, with the recording sink
 /// installed.
 pub fn nccl_logger() -> ncclDebugLogger_t {
     INSTALL.call_once(|| {
         // SAFETY: `sink` matches the C typedef `ferro_tests_sink_fn` and lives for the whole
         // process; the C side stores it atomically.
-        unsafe { ferro_client_set_sink(Some(sink)) };
+        unsafe { ferro_standin_set_sink(Some(sink)) };
     });
-    Some(ferro_client_logger)
+    Some(ferro_standin_logger)
 }
 
 /// Every line recorded so far (since the last [`clear_logs`]).

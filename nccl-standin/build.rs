@@ -1,5 +1,5 @@
 //! Builds `csrc/logger.c`, the variadic NCCL logger (stable Rust cannot define a C variadic
-//! function), linked statically into the client library.
+//! function), linked statically into the stand-in library.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -8,5 +8,5 @@ fn main() {
         .file("csrc/logger.c")
         .warnings(true)
         .extra_warnings(true)
-        .compile("ferro_client_logger");
+        .compile("ferro_standin_logger");
 }

@@ -3,7 +3,7 @@
  *   void (*)(ncclDebugLogLevel level, unsigned long flags, const char *filefunc, int line,
  *            const char *fmt, ...)
  * Stable Rust cannot define one, so this file does: it formats the message with vsnprintf and
- * hands the finished text to a sink the Rust side installs (ferro_client_set_sink). There is no
+ * hands the finished text to a sink the Rust side installs (ferro_standin_set_sink). There is no
  * link-time reference from C to Rust; until a sink is installed, messages go to stderr.
  */
 #include <stdarg.h>
@@ -15,7 +15,7 @@ typedef void (*ferro_tests_sink_fn)(int level, unsigned long flags, const char *
 
 static ferro_tests_sink_fn sink;
 
-void ferro_client_set_sink(ferro_tests_sink_fn f) { __atomic_store_n(&sink, f, __ATOMIC_RELEASE); }
+void ferro_standin_set_sink(ferro_tests_sink_fn f) { __atomic_store_n(&sink, f, __ATOMIC_RELEASE); }
 
 static void deliver(int level, unsigned long flags, const char *filefunc, int line, const char *text) {
   ferro_tests_sink_fn f = __atomic_load_n(&sink, __ATOMIC_ACQUIRE);
@@ -26,8 +26,8 @@ static void deliver(int level, unsigned long flags, const char *filefunc, int li
   }
 }
 
-void ferro_client_logger(int level, unsigned long flags, const char *filefunc, int line, const char *fmt,
-                        ...) {
+void ferro_standin_logger(int level, unsigned long flags, const char *filefunc, int line, const char *fmt,
+                          ...) {
   if (fmt == NULL) {
     deliver(level, flags, filefunc, line, "(NULL format)");
     return;

@@ -13,10 +13,10 @@ use crate::table::{Table, any_table};
 use core::ffi::{c_int, c_void};
 use ferro_ffi::{
     NCCL_NET_TRAFFIC_CLASS_UNDEF, ncclDebugLogger_t, ncclNetAttr_v11_t, ncclNetCommConfig_v10_t,
-    ncclNetDeviceHandle_v8_t, ncclNetProperties_v7_t, ncclNetProperties_v8_t,
-    ncclNetProperties_v9_t, ncclNetProperties_v11_t, ncclNetProperties_v12_t,
-    ncclProfilerCallback_t, ncclResult_t,
+    ncclNetDeviceHandle_v8_t, ncclProfilerCallback_t, ncclResult_t,
 };
+
+pub use crate::props::AnyProps;
 
 /// A call's outcome: the value, or the non-success code it returned.
 pub type NetResult<T> = Result<T, ncclResult_t>;
@@ -428,11 +428,12 @@ pub fn devices<'a>(t: impl Into<Table<'a>>) -> NetResult<c_int> {
 }
 
 /// `makeVDevice` (v9+): fuses the physical devices `devs` and returns the new device's index.
-/// `devs` longer than the version's array (4, v12: 8) is refused here with
-/// `ncclInvalidArgument`; a table before v9 has no such entry (`ncclInternalError`).
-pub fn make_vdevice<'a>(t: impl Into<Table<'a>>, devs: &[c_int]) -> NetResult<c_int> {
+/// `ndevs` is passed as given, so that it may disagree with `devs` (to check the plugin's
+/// refusals of counts the typed [`crate::net::Net::make_vdevice`] never sends); `devs` longer
+/// than the version's array (4, v12: 8) is refused here with `ncclInvalidArgument`; a table
+/// before v9 has no such entry (`ncclInternalError`).
+pub fn make_vdevice<'a>(t: impl Into<Table<'a>>, ndevs: c_int, devs: &[c_int]) -> NetResult<c_int> {
     let mut d: c_int = -1;
-    let ndevs = c_int::try_from(devs.len()).map_err(|_| ncclResult_t::InvalidArgument)?;
     let mut small = ferro_ffi::ncclNetVDeviceProps_v9_t {
         ndevs,
         devs: [0; 4],
@@ -473,41 +474,6 @@ pub fn make_vdevice<'a>(t: impl Into<Table<'a>>, devs: &[c_int]) -> NetResult<c_
     Ok(d)
 }
 
-/// `makeVDevice` with a raw `ndevs` that may disagree with the array (to check refusals).
-pub fn make_vdevice_raw<'a>(t: impl Into<Table<'a>>, ndevs: c_int) -> NetResult<c_int> {
-    let mut d: c_int = -1;
-    let mut small = ferro_ffi::ncclNetVDeviceProps_v9_t {
-        ndevs,
-        devs: [0; 4],
-    };
-    let mut large = ferro_ffi::ncclNetVDeviceProps_v12_t {
-        ndevs,
-        devs: [0; 8],
-    };
-    // SAFETY: (every arm) valid out-pointer and props for the call.
-    let r = unsafe {
-        match t.into() {
-            Table::V9(t) => entry(t.makeVDevice)?(&mut d, &mut small),
-            Table::V10(t) => entry(t.makeVDevice)?(&mut d, &mut small),
-            Table::V11(t, _) => entry(t.makeVDevice)?(&mut d, &mut small),
-            Table::V12(t, _) => entry(t.makeVDevice)?(&mut d, &mut large),
-            Table::V7(_) | Table::V8(_) => return Err(ncclResult_t::InternalError),
-        }
-    };
-    check(r)?;
-    Ok(d)
-}
-
-/// Properties in the layout of the table's version (v10 shares v9's).
-#[derive(Debug, Clone, Copy)]
-pub enum AnyProps {
-    V7(ncclNetProperties_v7_t),
-    V8(ncclNetProperties_v8_t),
-    V9(ncclNetProperties_v9_t),
-    V11(ncclNetProperties_v11_t),
-    V12(ncclNetProperties_v12_t),
-}
-
 /// `getProperties` into `p`, whose variant must match the table's layout (the caller chooses
 /// the initial values, e.g. markers for fields the plugin must fill).
 pub fn get_properties_any<'a>(
@@ -528,65 +494,6 @@ pub fn get_properties_any<'a>(
         }
     };
     check(r)
-}
-
-/// `getProperties` into a v8 struct: the fields every version shares (a v7 table leaves
-/// `regIsGlobal` as it was).
-pub fn get_properties<'a>(
-    t: impl Into<Table<'a>>,
-    dev: c_int,
-    p: &mut ncclNetProperties_v8_t,
-) -> NetResult<()> {
-    let t = t.into();
-    if let Table::V8(t) = t {
-        // SAFETY: a valid out-pointer to a v8 properties struct.
-        return check(unsafe { entry(t.getProperties)?(dev, p) });
-    }
-    macro_rules! copy_common {
-        ($q:expr) => {{
-            p.name = $q.name;
-            p.pciPath = $q.pciPath;
-            p.guid = $q.guid;
-            p.ptrSupport = $q.ptrSupport;
-            p.speed = $q.speed;
-            p.port = $q.port;
-            p.latency = $q.latency;
-            p.maxComms = $q.maxComms;
-            p.maxRecvs = $q.maxRecvs;
-            p.netDeviceType = $q.netDeviceType;
-            p.netDeviceVersion = $q.netDeviceVersion;
-        }};
-    }
-    // SAFETY: all-zero bytes are a valid value of these plain C structs (NULL pointers, zeros).
-    let mut any = unsafe {
-        match t.version() {
-            ferro_ffi::AbiVersion::V7 => AnyProps::V7(core::mem::zeroed()),
-            ferro_ffi::AbiVersion::V8 => AnyProps::V8(core::mem::zeroed()),
-            ferro_ffi::AbiVersion::V9 | ferro_ffi::AbiVersion::V10 => {
-                AnyProps::V9(core::mem::zeroed())
-            }
-            ferro_ffi::AbiVersion::V11 => AnyProps::V11(core::mem::zeroed()),
-            ferro_ffi::AbiVersion::V12 => AnyProps::V12(core::mem::zeroed()),
-        }
-    };
-    get_properties_any(t, dev, &mut any)?;
-    match any {
-        AnyProps::V7(q) => copy_common!(q),
-        AnyProps::V8(q) => *p = q,
-        AnyProps::V9(q) => {
-            copy_common!(q);
-            p.regIsGlobal = q.regIsGlobal;
-        }
-        AnyProps::V11(q) => {
-            copy_common!(q);
-            p.regIsGlobal = q.regIsGlobal;
-        }
-        AnyProps::V12(q) => {
-            copy_common!(q);
-            p.regIsGlobal = q.regIsGlobal;
-        }
-    }
-    Ok(())
 }
 
 /// `listen`: writes the handle, returns the listen comm (v11+: on the table's context).
@@ -694,4 +601,70 @@ pub unsafe fn close<'a>(
     })?);
     // SAFETY: per this function's contract.
     check(unsafe { f(comm) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferro_ffi::{ncclNet_v9_t, ncclNetVDeviceProps_v9_t};
+    use std::sync::Mutex;
+
+    /// What the fake `makeVDevice` was called with, in order.
+    static CALLS: Mutex<Vec<(c_int, [c_int; 4])>> = Mutex::new(Vec::new());
+
+    unsafe extern "C" fn record_vdevice(
+        d: *mut c_int,
+        props: *mut ncclNetVDeviceProps_v9_t,
+    ) -> ncclResult_t {
+        // SAFETY: make_vdevice passes valid pointers for the call.
+        let (ndevs, devs) = unsafe { ((*props).ndevs, (*props).devs) };
+        CALLS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ndevs, devs));
+        // SAFETY: as above.
+        unsafe { *d = 7 };
+        ncclResult_t::Success
+    }
+
+    static V9: ncclNet_v9_t = ncclNet_v9_t {
+        name: c"fake".as_ptr(),
+        init: None,
+        devices: None,
+        getProperties: None,
+        listen: None,
+        connect: None,
+        accept: None,
+        regMr: None,
+        regMrDmaBuf: None,
+        deregMr: None,
+        isend: None,
+        irecv: None,
+        iflush: None,
+        test: None,
+        closeSend: None,
+        closeRecv: None,
+        closeListen: None,
+        getDeviceMr: None,
+        irecvConsumed: None,
+        makeVDevice: Some(record_vdevice),
+    };
+
+    #[test]
+    fn make_vdevice_passes_any_count_as_given_and_refuses_more_members_than_the_array_holds() {
+        let t = Table::V9(&V9);
+        assert_eq!(make_vdevice(t, 2, &[3, 5]), Ok(7));
+        assert_eq!(make_vdevice(t, 0, &[]), Ok(7));
+        assert_eq!(make_vdevice(t, 5, &[]), Ok(7));
+        assert_eq!(
+            make_vdevice(t, 5, &[1, 2, 3, 4, 5]),
+            Err(ncclResult_t::InvalidArgument)
+        );
+        let calls = CALLS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert_eq!(
+            calls,
+            [(2, [3, 5, 0, 0]), (0, [0; 4]), (5, [0; 4])],
+            "the refused call must not reach the plugin"
+        );
+    }
 }

@@ -11,14 +11,14 @@ use crate::buffer::Buffer;
 use crate::error::{HResult, HarnessError, NcclExt};
 use crate::handle::Handle;
 use crate::logger;
-use crate::raw::{self, AnyProps};
+use crate::props::c_string;
+pub use crate::props::{PROP_UNSET, PROP_UNSET_BYTES, PROP_UNSET_I16, Properties};
+use crate::raw;
 use crate::table::Table;
-use core::ffi::{CStr, c_char, c_int, c_void};
+use core::ffi::{CStr, c_int, c_void};
 use ferro_ffi::{
-    AbiVersion, NCCL_NET_TRAFFIC_CLASS_UNDEF, ncclDebugLogger_t, ncclNetProperties_v7_t,
-    ncclNetProperties_v8_t, ncclNetProperties_v9_t, ncclNetProperties_v11_t,
-    ncclNetProperties_v12_t, ncclNetVDeviceProps_v9_t, ncclNetVDeviceProps_v12_t,
-    ncclProfilerCallback_t, ncclResult_t,
+    AbiVersion, FerroNetStatsFn, NCCL_NET_TRAFFIC_CLASS_UNDEF, ferroNetStats_v1_t,
+    ncclDebugLogger_t, ncclProfilerCallback_t, ncclResult_t,
 };
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -43,7 +43,6 @@ pub fn abi_from_env() -> Result<AbiVersion, String> {
     }
 }
 
-pub use crate::blocking::Backoff;
 pub use crate::loader::open_library;
 
 /// A plugin call's outcome: the value, or the non-success code it returned.
@@ -56,9 +55,6 @@ pub const PLUGIN_ENV: &str = "FERRO_PLUGIN_SO";
 /// What to do when the plugin is not built.
 pub const BUILD_HINT: &str = "build the plugin first: cargo build -p nccl-net-plugin";
 
-/// Value the harness stores in integer property fields before `getProperties`, to see which
-/// fields the plugin did not fill.
-pub const PROP_UNSET: c_int = -0x5a5a_5a5b;
 /// Value stored in each `sizes[]` slot before `test`.
 pub const SIZE_UNSET: c_int = -0x3c3c_3c3d;
 /// Extra `sizes[]` slots past `n` that `test` must leave alone.
@@ -105,278 +101,6 @@ pub fn plugin_path() -> Result<PathBuf, String> {
     }
 }
 
-/// `getProperties` output, with the strings copied.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Properties {
-    pub name: Option<String>,
-    pub pci_path: Option<String>,
-    pub guid: u64,
-    pub ptr_support: c_int,
-    pub reg_is_global: c_int,
-    pub speed: c_int,
-    pub port: c_int,
-    pub latency: f32,
-    pub max_comms: c_int,
-    pub max_recvs: c_int,
-    pub net_device_type: c_int,
-    pub net_device_version: c_int,
-    /// v9+: `forceFlush`.
-    pub force_flush: Option<c_int>,
-    /// v9+: the physical devices behind this one (`vProps`).
-    pub vdevs: Option<Vec<c_int>>,
-    /// v9+: `maxP2pBytes`, `maxCollBytes`.
-    pub max_p2p_bytes: Option<usize>,
-    pub max_coll_bytes: Option<usize>,
-    /// v11+: `maxMultiRequestSize`.
-    pub max_multi_request_size: Option<c_int>,
-    /// v12: `railId`, `planeId`.
-    pub rail_id: Option<i16>,
-    pub plane_id: Option<i16>,
-}
-
-/// Value stored in `size_t` property fields before `getProperties`.
-pub const PROP_UNSET_BYTES: usize = 0x5a5a_5a5a_5a5a_5a5a;
-/// Value stored in `int16_t` property fields before `getProperties`.
-pub const PROP_UNSET_I16: i16 = -0x5a5b;
-
-impl Properties {
-    fn unset_v8() -> ncclNetProperties_v8_t {
-        ncclNetProperties_v8_t {
-            name: std::ptr::null_mut(),
-            pciPath: std::ptr::null_mut(),
-            guid: 0x5a5a_5a5a_5a5a_5a5a,
-            ptrSupport: PROP_UNSET,
-            regIsGlobal: PROP_UNSET,
-            speed: PROP_UNSET,
-            port: PROP_UNSET,
-            latency: f32::NAN,
-            maxComms: PROP_UNSET,
-            maxRecvs: PROP_UNSET,
-            netDeviceType: PROP_UNSET,
-            netDeviceVersion: PROP_UNSET,
-        }
-    }
-
-    /// The version's layout with every field at its "unset" marker.
-    fn unset_raw(version: AbiVersion) -> AnyProps {
-        let b = Self::unset_v8();
-        let v9 = ncclNetProperties_v9_t {
-            name: b.name,
-            pciPath: b.pciPath,
-            guid: b.guid,
-            ptrSupport: b.ptrSupport,
-            regIsGlobal: b.regIsGlobal,
-            forceFlush: PROP_UNSET,
-            speed: b.speed,
-            port: b.port,
-            latency: b.latency,
-            maxComms: b.maxComms,
-            maxRecvs: b.maxRecvs,
-            netDeviceType: b.netDeviceType,
-            netDeviceVersion: b.netDeviceVersion,
-            vProps: ncclNetVDeviceProps_v9_t {
-                ndevs: PROP_UNSET,
-                devs: [PROP_UNSET; 4],
-            },
-            maxP2pBytes: PROP_UNSET_BYTES,
-            maxCollBytes: PROP_UNSET_BYTES,
-        };
-        match version {
-            AbiVersion::V7 => AnyProps::V7(ncclNetProperties_v7_t {
-                name: b.name,
-                pciPath: b.pciPath,
-                guid: b.guid,
-                ptrSupport: b.ptrSupport,
-                speed: b.speed,
-                port: b.port,
-                latency: b.latency,
-                maxComms: b.maxComms,
-                maxRecvs: b.maxRecvs,
-                netDeviceType: b.netDeviceType,
-                netDeviceVersion: b.netDeviceVersion,
-            }),
-            AbiVersion::V8 => AnyProps::V8(b),
-            AbiVersion::V9 | AbiVersion::V10 => AnyProps::V9(v9),
-            AbiVersion::V11 => AnyProps::V11(ncclNetProperties_v11_t {
-                name: b.name,
-                pciPath: b.pciPath,
-                guid: b.guid,
-                ptrSupport: b.ptrSupport,
-                regIsGlobal: b.regIsGlobal,
-                forceFlush: PROP_UNSET,
-                speed: b.speed,
-                port: b.port,
-                latency: b.latency,
-                maxComms: b.maxComms,
-                maxRecvs: b.maxRecvs,
-                netDeviceType: b.netDeviceType,
-                netDeviceVersion: b.netDeviceVersion,
-                vProps: v9.vProps,
-                maxP2pBytes: PROP_UNSET_BYTES,
-                maxCollBytes: PROP_UNSET_BYTES,
-                maxMultiRequestSize: PROP_UNSET,
-            }),
-            AbiVersion::V12 => AnyProps::V12(ncclNetProperties_v12_t {
-                name: b.name,
-                pciPath: b.pciPath,
-                guid: b.guid,
-                ptrSupport: b.ptrSupport,
-                regIsGlobal: b.regIsGlobal,
-                forceFlush: PROP_UNSET,
-                speed: b.speed,
-                port: b.port,
-                latency: b.latency,
-                maxComms: b.maxComms,
-                maxRecvs: b.maxRecvs,
-                netDeviceType: b.netDeviceType,
-                netDeviceVersion: b.netDeviceVersion,
-                vProps: ncclNetVDeviceProps_v12_t {
-                    ndevs: PROP_UNSET,
-                    devs: [PROP_UNSET; 8],
-                },
-                maxP2pBytes: PROP_UNSET_BYTES,
-                maxCollBytes: PROP_UNSET_BYTES,
-                maxMultiRequestSize: PROP_UNSET,
-                railId: PROP_UNSET_I16,
-                planeId: PROP_UNSET_I16,
-            }),
-        }
-    }
-
-    /// The copied form of what the plugin wrote (fields the version lacks are `None`; v7 has no
-    /// `regIsGlobal`, reported as 0 as NCCL's adapters do).
-    fn from_raw(p: &AnyProps) -> Properties {
-        macro_rules! common {
-            ($q:expr, $reg:expr) => {
-                Properties {
-                    name: c_string($q.name),
-                    pci_path: c_string($q.pciPath),
-                    guid: $q.guid,
-                    ptr_support: $q.ptrSupport,
-                    reg_is_global: $reg,
-                    speed: $q.speed,
-                    port: $q.port,
-                    latency: $q.latency,
-                    max_comms: $q.maxComms,
-                    max_recvs: $q.maxRecvs,
-                    net_device_type: $q.netDeviceType,
-                    net_device_version: $q.netDeviceVersion,
-                    force_flush: None,
-                    vdevs: None,
-                    max_p2p_bytes: None,
-                    max_coll_bytes: None,
-                    max_multi_request_size: None,
-                    rail_id: None,
-                    plane_id: None,
-                }
-            };
-        }
-        fn members(ndevs: c_int, devs: &[c_int]) -> Vec<c_int> {
-            match usize::try_from(ndevs) {
-                Ok(n) if n <= devs.len() => devs[..n].to_vec(),
-                _ => vec![ndevs],
-            }
-        }
-        match p {
-            AnyProps::V7(q) => common!(q, 0),
-            AnyProps::V8(q) => common!(q, q.regIsGlobal),
-            AnyProps::V9(q) => Properties {
-                force_flush: Some(q.forceFlush),
-                vdevs: Some(members(q.vProps.ndevs, &q.vProps.devs)),
-                max_p2p_bytes: Some(q.maxP2pBytes),
-                max_coll_bytes: Some(q.maxCollBytes),
-                ..common!(q, q.regIsGlobal)
-            },
-            AnyProps::V11(q) => Properties {
-                force_flush: Some(q.forceFlush),
-                vdevs: Some(members(q.vProps.ndevs, &q.vProps.devs)),
-                max_p2p_bytes: Some(q.maxP2pBytes),
-                max_coll_bytes: Some(q.maxCollBytes),
-                max_multi_request_size: Some(q.maxMultiRequestSize),
-                ..common!(q, q.regIsGlobal)
-            },
-            AnyProps::V12(q) => Properties {
-                force_flush: Some(q.forceFlush),
-                vdevs: Some(members(q.vProps.ndevs, &q.vProps.devs)),
-                max_p2p_bytes: Some(q.maxP2pBytes),
-                max_coll_bytes: Some(q.maxCollBytes),
-                max_multi_request_size: Some(q.maxMultiRequestSize),
-                rail_id: Some(q.railId),
-                plane_id: Some(q.planeId),
-                ..common!(q, q.regIsGlobal)
-            },
-        }
-    }
-
-    /// Fields still holding the harness's "unset" markers.
-    pub fn unset_fields(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        let ints = [
-            ("ptrSupport", self.ptr_support),
-            ("regIsGlobal", self.reg_is_global),
-            ("speed", self.speed),
-            ("port", self.port),
-            ("maxComms", self.max_comms),
-            ("maxRecvs", self.max_recvs),
-            ("netDeviceType", self.net_device_type),
-            ("netDeviceVersion", self.net_device_version),
-        ];
-        for (name, value) in ints {
-            if value == PROP_UNSET {
-                v.push(name);
-            }
-        }
-        let optional_ints = [
-            ("forceFlush", self.force_flush),
-            ("maxMultiRequestSize", self.max_multi_request_size),
-        ];
-        for (name, value) in optional_ints {
-            if value == Some(PROP_UNSET) {
-                v.push(name);
-            }
-        }
-        if self
-            .vdevs
-            .as_ref()
-            .is_some_and(|d| d.is_empty() || d.contains(&PROP_UNSET))
-        {
-            v.push("vProps");
-        }
-        for (name, value) in [
-            ("maxP2pBytes", self.max_p2p_bytes),
-            ("maxCollBytes", self.max_coll_bytes),
-        ] {
-            if value == Some(PROP_UNSET_BYTES) {
-                v.push(name);
-            }
-        }
-        for (name, value) in [("railId", self.rail_id), ("planeId", self.plane_id)] {
-            if value == Some(PROP_UNSET_I16) {
-                v.push(name);
-            }
-        }
-        if self.guid == 0x5a5a_5a5a_5a5a_5a5a {
-            v.push("guid");
-        }
-        if self.latency.is_nan() {
-            v.push("latency");
-        }
-        if self.name.is_none() {
-            v.push("name");
-        }
-        v
-    }
-}
-
-fn c_string(p: *const c_char) -> Option<String> {
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: getProperties' contract: name/pciPath are NULL or NUL-terminated strings that stay
-    // valid until the plugin is unloaded, and the harness never unloads it.
-    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-}
-
 /// A listen comm (`listen`'s out-pointer).
 #[derive(Debug)]
 pub struct ListenComm(*mut c_void);
@@ -391,7 +115,9 @@ pub struct RecvComm(*mut c_void);
 pub struct Mr(*mut c_void);
 
 /// An outstanding request from `isend`/`irecv`. `n` is the number of buffers (1 for a send).
-#[derive(Debug)]
+/// `Copy`, so that loops keep requests in fixed rings without allocating; a request the plugin
+/// reported done is dead, and testing it again is a caller's error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
     ptr: *mut c_void,
     n: usize,
@@ -450,6 +176,9 @@ pub struct Net {
     /// The v11+ context from the last `init` (NULL before).
     ctx: AtomicPtr<c_void>,
     path: PathBuf,
+    /// The plugin's statistics function (not part of NCCL's ABI), when the loaded library
+    /// exports it.
+    stats: Option<FerroNetStatsFn>,
 }
 
 // SAFETY: `table` points at the plugin's immutable exported static in a library that is never
@@ -480,10 +209,12 @@ impl Net {
 
     /// As [`Net::load_from`], for the table of `version`.
     pub fn load_version(path: &Path, version: AbiVersion) -> Result<Net, String> {
+        let table = crate::loader::open_plugin_version(path, version)?;
         Ok(Net {
-            table: crate::loader::open_plugin_version(path, version)?,
+            table,
             ctx: AtomicPtr::new(std::ptr::null_mut()),
             path: path.to_path_buf(),
+            stats: crate::loader::stats_fn(path),
         })
     }
 
@@ -493,6 +224,7 @@ impl Net {
             table: table.into(),
             ctx: AtomicPtr::new(std::ptr::null_mut()),
             path: PathBuf::new(),
+            stats: None,
         }
     }
 
@@ -577,12 +309,14 @@ impl Net {
         raw::devices(self.table())
     }
 
-    /// `getProperties`, with unfilled fields left at [`PROP_UNSET`] (see [`Properties::unset_fields`]).
-    /// `makeVDevice` (v9+): the index of the virtual device fused from `devs`.
+    /// `makeVDevice` (v9+): the index of the virtual device fused from `devs` (`ndevs` is their
+    /// count; [`raw::make_vdevice`] passes any count).
     pub fn make_vdevice(&self, devs: &[c_int]) -> NetResult<c_int> {
-        raw::make_vdevice(self.table(), devs)
+        let ndevs = c_int::try_from(devs.len()).map_err(|_| ncclResult_t::InvalidArgument)?;
+        raw::make_vdevice(self.table(), ndevs, devs)
     }
 
+    /// `getProperties`, with unfilled fields left at [`PROP_UNSET`] (see [`Properties::unset_fields`]).
     pub fn get_properties(&self, dev: c_int) -> NetResult<Properties> {
         let mut p = Properties::unset_raw(self.version());
         raw::get_properties_any(self.table(), dev, &mut p)?;
@@ -637,6 +371,22 @@ impl Net {
         Ok((!comm.is_null()).then_some(RecvComm(comm)))
     }
 
+    /// The plugin's counters for `comm` and its process's allocation count (`ferroNetStats_v1`,
+    /// not part of NCCL's ABI); `Ok(None)` when the loaded library does not export it.
+    pub fn stats(&self, comm: &impl Comm) -> NetResult<Option<ferroNetStats_v1_t>> {
+        let Some(f) = self.stats else {
+            return Ok(None);
+        };
+        let mut out = ferroNetStats_v1_t::default();
+        // SAFETY: a live comm of this plugin; a valid out-pointer.
+        let r = unsafe { f(comm.as_ptr(), &mut out) };
+        if r == ncclResult_t::Success {
+            Ok(Some(out))
+        } else {
+            Err(r)
+        }
+    }
+
     /// `regMr` of `offset..offset+len` of `buf` with `type_` (`NCCL_PTR_HOST` for host memory).
     pub fn reg_mr(
         &self,
@@ -646,9 +396,23 @@ impl Net {
         len: usize,
         type_: c_int,
     ) -> NetResult<Mr> {
-        let data = buf.ptr_at(offset, len);
-        // SAFETY: a live comm; the range lies in a Buffer that stays mapped for the life of the
-        // process.
+        // SAFETY: the range lies in a Buffer, which stays mapped for the life of the process.
+        unsafe { self.reg_ptr(comm, buf.ptr_at(offset, len), len, type_) }
+    }
+
+    /// `regMr` of `[data, data + len)`, memory the caller owns (the benchmark's mappings).
+    ///
+    /// # Safety
+    /// The range stays mapped until the registration is released with [`Net::dereg_mr`] (or
+    /// the process ends).
+    pub unsafe fn reg_ptr(
+        &self,
+        comm: &impl Comm,
+        data: *mut c_void,
+        len: usize,
+        type_: c_int,
+    ) -> NetResult<Mr> {
+        // SAFETY: a live comm; the range per this function's contract.
         let mh = unsafe { raw::reg_mr(self.table(), comm.as_ptr(), data, len, type_) }?;
         Ok(Mr(mh))
     }
@@ -674,9 +438,26 @@ impl Net {
         tag: c_int,
         mr: &Mr,
     ) -> NetResult<Option<Request>> {
-        let data = buf.ptr_at(offset, len);
-        // SAFETY: a live send comm; the data stays mapped for the life of the process, so the
-        // plugin may read it until the request completes or the comm is closed.
+        // SAFETY: the data lies in a Buffer, which stays mapped for the life of the process, so
+        // the plugin may read it until the request completes or the comm is closed.
+        unsafe { self.isend_ptr(comm, buf.ptr_at(offset, len), len, tag, mr) }
+    }
+
+    /// `isend` of `[data, data + len)`, without allocating: `Ok(None)` means "not posted, call
+    /// again".
+    ///
+    /// # Safety
+    /// The range lies in the memory registered as `mr` and stays mapped and unchanged until the
+    /// request completes.
+    pub unsafe fn isend_ptr(
+        &self,
+        comm: &SendComm,
+        data: *mut c_void,
+        len: usize,
+        tag: c_int,
+        mr: &Mr,
+    ) -> NetResult<Option<Request>> {
+        // SAFETY: a live send comm; the data per this function's contract.
         let req = unsafe {
             raw::isend_bytes(
                 self.table(),
@@ -731,35 +512,75 @@ impl Net {
         tag: c_int,
         mr: &Mr,
     ) -> NetResult<Option<Request>> {
-        self.irecv(
-            comm,
-            &[RecvSlot {
-                buf,
-                offset,
-                len,
-                tag,
-                mr,
-            }],
-        )
+        // SAFETY: the buffer lies in a Buffer, which stays mapped for the life of the process.
+        unsafe { self.irecv_ptr(comm, buf.ptr_at(offset, len), len, tag, mr) }
+    }
+
+    /// `irecv` of the single buffer `[data, data + len)`, without allocating.
+    ///
+    /// # Safety
+    /// The range lies in the memory registered as `mr` and stays mapped and unused until the
+    /// request completes.
+    pub unsafe fn irecv_ptr(
+        &self,
+        comm: &RecvComm,
+        data: *mut c_void,
+        len: usize,
+        tag: c_int,
+        mr: &Mr,
+    ) -> NetResult<Option<Request>> {
+        // SAFETY: a live recv comm; one-entry arrays valid for the call (the plugin copies them,
+        // as NCCL passes stack arrays); the buffer per this function's contract.
+        let req = unsafe {
+            raw::irecv_bytes(
+                self.table(),
+                comm.0,
+                &mut [data],
+                &[len],
+                &mut [tag],
+                &mut [mr.0],
+                None,
+                std::ptr::null_mut(),
+            )
+        }?;
+        Ok((!req.is_null()).then_some(Request { ptr: req, n: 1 }))
     }
 
     /// `test`: `(false, [])` while in flight; `(true, sizes)` once done (`sizes` has `n` entries
     /// for a receive, 1 for a send). A done request is dead: do not test it again.
     pub fn test(&self, req: &Request) -> NetResult<(bool, Vec<c_int>)> {
+        let mut sizes = vec![SIZE_UNSET; req.n.max(1)];
+        if self.test_into(req, &mut sizes)? {
+            Ok((true, sizes))
+        } else {
+            Ok((false, Vec::new()))
+        }
+    }
+
+    /// `test` without allocating: `Ok(true)` once done, with the request's sizes in
+    /// `sizes[..n]` (`sizes` needs room for `n`: 1 for a send). A done request is dead: do not
+    /// test it again.
+    pub fn test_into(&self, req: &Request, sizes: &mut [c_int]) -> NetResult<bool> {
         let n = req.n.max(1);
-        let mut sizes = vec![SIZE_UNSET; n + SIZES_GUARD];
+        assert!(
+            n <= raw::MAX_IRECV_BUFFERS && sizes.len() >= n,
+            "room for {} sizes, the request has {n}",
+            sizes.len()
+        );
+        let mut all = [SIZE_UNSET; raw::MAX_IRECV_BUFFERS + SIZES_GUARD];
         // SAFETY: a request the plugin returned and has not reported done; room for n sizes plus
         // a guard.
-        let done = unsafe { raw::test(self.table(), req.ptr, sizes.as_mut_ptr()) }?;
+        let done = unsafe { raw::test(self.table(), req.ptr, all.as_mut_ptr()) }?;
         assert!(
-            sizes[n..].iter().all(|s| *s == SIZE_UNSET),
-            "test wrote sizes past the request's {n} buffer(s): {sizes:?}"
+            all[n..n + SIZES_GUARD].iter().all(|s| *s == SIZE_UNSET),
+            "test wrote sizes past the request's {n} buffer(s): {:?}",
+            &all[..n + SIZES_GUARD]
         );
         match done {
-            0 => Ok((false, Vec::new())),
+            0 => Ok(false),
             1 => {
-                sizes.truncate(n);
-                Ok((true, sizes))
+                sizes[..n].copy_from_slice(&all[..n]);
+                Ok(true)
             }
             other => panic!("test returned success with *done = {other} (must be 0 or 1)"),
         }
@@ -798,6 +619,73 @@ impl Net {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferro_ffi::ncclNet_v8_t;
+
+    /// A `test` that reports done with size 42 in the first slot, and writes the slot after it
+    /// too when the request pointer is non-NULL (a plugin writing past the request's buffers).
+    unsafe extern "C" fn fake_test(
+        req: *mut c_void,
+        done: *mut c_int,
+        sizes: *mut c_int,
+    ) -> ncclResult_t {
+        // SAFETY: Net::test_into passes a valid `done` and room for the request's sizes plus a
+        // guard.
+        unsafe {
+            *done = 1;
+            *sizes = 42;
+            if !req.is_null() {
+                *sizes.add(1) = 43;
+            }
+        }
+        ncclResult_t::Success
+    }
+
+    static V8: ncclNet_v8_t = ncclNet_v8_t {
+        name: c"fake".as_ptr(),
+        init: None,
+        devices: None,
+        getProperties: None,
+        listen: None,
+        connect: None,
+        accept: None,
+        regMr: None,
+        regMrDmaBuf: None,
+        deregMr: None,
+        isend: None,
+        irecv: None,
+        iflush: None,
+        test: Some(fake_test),
+        closeSend: None,
+        closeRecv: None,
+        closeListen: None,
+        getDeviceMr: None,
+        irecvConsumed: None,
+    };
+
+    #[test]
+    fn test_into_hands_back_the_sizes_of_a_done_request_without_allocating() {
+        let net = Net::linked(&V8);
+        let req = Request {
+            ptr: std::ptr::null_mut(),
+            n: 1,
+        };
+        let mut sizes = [0; 1];
+        assert_eq!(net.test_into(&req, &mut sizes), Ok(true));
+        assert_eq!(sizes, [42]);
+        assert_eq!(net.test(&req), Ok((true, vec![42])));
+    }
+
+    #[test]
+    #[should_panic(expected = "test wrote sizes past the request's 1 buffer(s)")]
+    fn a_plugin_that_writes_sizes_past_the_request_is_caught() {
+        let net = Net::linked(&V8);
+        let mut x = 0u8;
+        let req = Request {
+            ptr: (&raw mut x).cast(),
+            n: 1,
+        };
+        let _ = net.test_into(&req, &mut [0; 1]);
+    }
 
     #[test]
     fn profile_dir_handles_deps_and_bins() {

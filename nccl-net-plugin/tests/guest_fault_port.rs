@@ -1,0 +1,255 @@
+//! A port that goes down under pending transfers, through the exported table on soft-RoCE
+//! (guest only): both sides fail naming it and new comms work once it is back; with
+//! asynchronous events not returned, a port flap is logged and the same comms go on.
+//!
+//! Settings the plugin reads once per process and anything that needs a second process or the
+//! plugin's stderr run in child processes of this test binary, selected by `FERRO_TEST_CHILD`
+//! (`common::CHILD_ROLE`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use core::ffi::{c_int, c_void};
+use ferro_ffi::ncclResult_t;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::*;
+
+// A port taken down under pending transfers, then brought back
+
+/// Brings dummy1 (rxe1's netdev) back up when dropped, whatever happened.
+struct LinkUp;
+
+impl Drop for LinkUp {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "set", "dummy1", "up"])
+            .status();
+    }
+}
+
+fn ip_link(state: &str) {
+    // Keep the IPv6 address (and so rxe1's IPv6 GID) while the link is down.
+    let _ = std::fs::write("/proc/sys/net/ipv6/conf/dummy1/keep_addr_on_down", "1");
+    let s = Command::new("ip")
+        .args(["link", "set", "dummy1", state])
+        .status()
+        .unwrap();
+    assert!(s.success(), "ip link set dummy1 {state}");
+}
+
+fn port_state() -> String {
+    std::fs::read_to_string("/sys/class/infiniband/rxe1/ports/1/state").unwrap_or_default()
+}
+
+/// A pair on the test device with 1 MiB buffers registered on both sides and a receive for
+/// tag 1 posted (it waits for data: nothing is sent with that tag yet).
+struct PendingReceive {
+    p: Pair,
+    sbuf: Vec<u8>,
+    rbuf: Vec<u8>,
+    smh: *mut c_void,
+    rmh: *mut c_void,
+    rreq: *mut c_void,
+}
+
+fn pending_receive(seed: u32) -> PendingReceive {
+    let p = pair(test_dev());
+    let mut sbuf = pattern(seed, 1 << 20);
+    let mut rbuf = vec![0u8; 1 << 20];
+    let smh = reg_buf(p.send, &mut sbuf);
+    let rmh = reg_buf(p.recv, &mut rbuf);
+    let (r, rreq) = try_irecv(p.recv, &[(rbuf.as_mut_ptr(), 1 << 20, 1, rmh)]);
+    ok(r, "irecv");
+    PendingReceive {
+        p,
+        sbuf,
+        rbuf,
+        smh,
+        rmh,
+        rreq,
+    }
+}
+
+fn port_down_child() {
+    let _up = LinkUp;
+    let dev = test_dev();
+    // Pending on both sides: a receive for tag 1 waits for data, a send with tag 2 waits for a
+    // buffer with its tag.
+    let PendingReceive {
+        p,
+        mut sbuf,
+        mut rbuf,
+        smh,
+        rreq,
+        ..
+    } = pending_receive(1);
+    let (r, sreq) = try_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
+    ok(r, "isend");
+    assert!(sreq.is_null());
+    ip_link("down");
+    let down = Instant::now();
+    let (mut send_err, mut recv_err) = (None, None);
+    while send_err.is_none() || recv_err.is_none() {
+        assert!(
+            down.elapsed() < Duration::from_secs(10),
+            "both sides must fail within 10 s of the port going down (send {send_err:?}, receive {recv_err:?})"
+        );
+        if send_err.is_none() {
+            let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
+            assert!(req.is_null());
+            if r != ncclResult_t::Success {
+                send_err = Some(down.elapsed());
+            }
+        }
+        if recv_err.is_none() && try_test(rreq).0 != ncclResult_t::Success {
+            recv_err = Some(down.elapsed());
+        }
+    }
+    println!("PORT-DOWN send failed after {send_err:?}, receive after {recv_err:?}");
+    close(&p);
+    ip_link("up");
+    let up = Instant::now();
+    while !port_state().contains("ACTIVE") {
+        assert!(
+            up.elapsed() < Duration::from_secs(30),
+            "rxe1 port 1 did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A new comm pair moves 1 MiB, verified.
+    let q = pair(dev);
+    let smh = reg_buf(q.send, &mut sbuf);
+    let rmh = reg_buf(q.recv, &mut rbuf);
+    rbuf.fill(0);
+    let sizes = transfer(
+        &q,
+        (sbuf.as_mut_ptr(), smh, 1 << 20),
+        (rbuf.as_mut_ptr(), rmh, 1 << 20),
+        7,
+    );
+    assert_eq!(sizes, (1 << 20, 1 << 20));
+    assert!(rbuf == sbuf, "1 MiB after the port came back: bytes differ");
+    close(&q);
+    println!("PORT-UP-OK");
+}
+
+#[test]
+fn a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_is_back() {
+    if std::env::var(CHILD_ROLE).as_deref() == Ok("port-down") {
+        return port_down_child();
+    }
+    in_guest();
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe1").exists(),
+        "needs rxe1 on dummy1"
+    );
+    let _up = LinkUp;
+    let t = child_passes(
+        "a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_is_back",
+        "port-down",
+        &[("FERRO_TEST_DEV", "rxe1")],
+        "PORT-UP-OK",
+        "port-down",
+    );
+    println!("{t}");
+    assert!(
+        t.lines().any(|l| l.contains("WARN")
+            && l.contains("rxe1 port 1")
+            && l.contains("IBV_EVENT_PORT_ERR")),
+        "a WARN must name the device, the port and the event:\n{t}"
+    );
+    assert!(
+        t.contains("IBV_EVENT_PORT_ACTIVE"),
+        "the port's return is logged:\n{t}"
+    );
+}
+
+/// `NCCL_IB_RETURN_ASYNC_EVENTS=0`: the port's events are logged but fail nothing, so the comms
+/// pending across a short port flap go on once the port is back.
+fn port_flap_child() {
+    let _up = LinkUp;
+    let PendingReceive {
+        p,
+        mut sbuf,
+        rbuf,
+        smh,
+        rmh,
+        rreq,
+    } = pending_receive(3);
+    ip_link("down");
+    let down = Instant::now();
+    while !port_state().contains("DOWN") {
+        assert!(
+            down.elapsed() < Duration::from_secs(10),
+            "rxe1 port 1 did not go down"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Two seconds of waiting calls on both sides (thousands of periodic looks): nothing fails.
+    while down.elapsed() < Duration::from_secs(2) {
+        let (r, done) = try_test(rreq);
+        assert_eq!(
+            r,
+            ncclResult_t::Success,
+            "the receive failed while the port was down"
+        );
+        assert!(done.is_none(), "the receive completed with no send");
+        let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
+        assert_eq!(
+            r,
+            ncclResult_t::Success,
+            "the send comm failed while the port was down"
+        );
+        assert!(req.is_null(), "a send with tag 2 has no buffer");
+    }
+    ip_link("up");
+    let up = Instant::now();
+    while !port_state().contains("ACTIVE") {
+        assert!(
+            up.elapsed() < Duration::from_secs(30),
+            "rxe1 port 1 did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The same comms finish the pending receive.
+    let sreq = post_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 1, smh);
+    let mut sizes = [0 as c_int; 8];
+    wait(sreq, &mut sizes);
+    wait(rreq, &mut sizes);
+    assert_eq!(sizes[0], 1 << 20);
+    assert!(rbuf == sbuf, "1 MiB across the flap: bytes differ");
+    release(&p, smh, rmh);
+    println!("FLAP-OK");
+}
+
+#[test]
+fn with_async_events_not_returned_a_port_flap_is_logged_and_the_same_comms_go_on() {
+    if std::env::var(CHILD_ROLE).as_deref() == Ok("port-flap") {
+        return port_flap_child();
+    }
+    in_guest();
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe1").exists(),
+        "needs rxe1 on dummy1"
+    );
+    let _up = LinkUp;
+    let t = child_passes(
+        "with_async_events_not_returned_a_port_flap_is_logged_and_the_same_comms_go_on",
+        "port-flap",
+        &[
+            ("FERRO_TEST_DEV", "rxe1"),
+            ("NCCL_IB_RETURN_ASYNC_EVENTS", "0"),
+        ],
+        "FLAP-OK",
+        "port-flap",
+    );
+    println!("{t}");
+    assert!(
+        t.lines().any(|l| l.contains("WARN")
+            && l.contains("rxe1 port 1")
+            && l.contains("IBV_EVENT_PORT_ERR")),
+        "the event is still logged, naming the device and the port:\n{t}"
+    );
+}
