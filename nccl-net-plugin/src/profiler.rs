@@ -23,13 +23,13 @@
 //! Start, while its request is outstanding; nothing refers to it afterwards (NCCL reuses the
 //! slot). `iflush` and the clear-to-send writes have no events, as in NCCL's transport.
 //!
-//! Owns: the callback; the profiler handles of the `isend`/`irecv` a thread is in (set by the
-//! shim around the call with [`with_phandles`], read by the transport's hooks, which run while
-//! the work is posted); and each comm's [`CommEvents`]: the open event handles per (request,
-//! buffer, QP), the handles of matched sends whose group is not yet posted, and the requests of
-//! each posted send group. The transport only calls one hook per place ([`on_send_matched`],
-//! [`on_send_posted`], [`on_recv_posted`], [`on_completion`], [`on_done`]); closing a comm drops
-//! its [`CommEvents`], which stops what is still open.
+//! Owns: the callback; [`Phandles`], the handles of one `isend`/`irecv`, which the shim passes to
+//! the transport's call as a value and the transport hands to the hooks; and each comm's
+//! [`CommEvents`]: the open event handles per (request, buffer, QP), the handles of matched sends
+//! whose group is not yet posted, and the requests of each posted send group. The transport only
+//! calls one hook per place ([`on_send_matched`], [`on_send_posted`], [`on_recv_posted`],
+//! [`on_completion`], [`on_done`]) with its comm as an [`EventSource`]; this module never names
+//! the transport. Closing a comm drops its [`CommEvents`], which stops what is still open.
 //!
 //! Cost: without a callback every hook returns after one relaxed atomic load and nothing is
 //! allocated. With one, a comm's bookkeeping is allocated once, at its first event (fixed
@@ -38,8 +38,6 @@
 //! it, and nothing takes the comm's lock while holding it. NCCL drives a comm from one thread, so
 //! no other call reuses a request between `test` reporting it done and its events being closed.
 
-use crate::transport::Comm;
-use core::cell::Cell;
 use core::ffi::c_void;
 use ferro_ffi::{
     NCCL_PROFILE_QP, NCCL_PROFILER_NET_IB_VER, NCCL_PROFILER_NET_TYPE_IB, ncclProfilerCallback_t,
@@ -93,39 +91,48 @@ fn plugin_id() -> i64 {
     NCCL_PROFILER_NET_TYPE_IB | NCCL_PROFILER_NET_IB_VER
 }
 
-thread_local! {
-    /// The profiler handles of the `isend` (first one) or `irecv` this thread is in; zeros
-    /// outside one.
-    static CALL_PHANDLES: Cell<[usize; MAX_RECVS]> = const { Cell::new([0; MAX_RECVS]) };
-}
+/// The profiler handles NCCL passed with one `isend` (the first) or `irecv` (one per buffer),
+/// carried as a value from the shim to the transport's hooks; zeros are "no handle".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Phandles([usize; MAX_RECVS]);
 
-/// Clears the thread's profiler handles when the call ends, however it ends.
-struct ClearOnDrop;
+impl Phandles {
+    /// No handles (before v10, or NCCL passed none).
+    pub const NONE: Phandles = Phandles([0; MAX_RECVS]);
 
-impl Drop for ClearOnDrop {
-    fn drop(&mut self) {
-        CALL_PHANDLES.set([0; MAX_RECVS]);
+    /// The handles NCCL passed (NULL entries, and anything past `MAX_RECVS`, are "none"). Without
+    /// a callback nothing is kept: no event will be started.
+    #[inline]
+    pub fn of(phandles: &[*mut c_void]) -> Phandles {
+        let mut a = [0usize; MAX_RECVS];
+        if callback().is_some() {
+            for (slot, p) in a.iter_mut().zip(phandles) {
+                *slot = *p as usize;
+            }
+        }
+        Phandles(a)
+    }
+
+    fn first(&self) -> usize {
+        self.0[0]
+    }
+
+    fn any(&self) -> bool {
+        self.0.iter().any(|p| *p != 0)
     }
 }
 
-fn call_phandles() -> [usize; MAX_RECVS] {
-    CALL_PHANDLES.get()
-}
-
-/// Runs `call` (an `isend` or `irecv`) with its profiler handles known to the transport's hooks
-/// it reaches. Without a callback it only calls.
-#[inline]
-pub fn with_phandles<T>(phandles: &[*mut c_void], call: impl FnOnce() -> T) -> T {
-    if callback().is_none() || phandles.iter().all(|p| p.is_null()) {
-        return call();
-    }
-    let mut a = [0usize; MAX_RECVS];
-    for (slot, p) in a.iter_mut().zip(phandles) {
-        *slot = *p as usize;
-    }
-    CALL_PHANDLES.set(a);
-    let _clear = ClearOnDrop;
-    call()
+/// What the profiler needs to know of a comm. The transport implements it for its comms, so
+/// this module knows nothing of them: the transport calls the hooks, never the other way round.
+pub trait EventSource {
+    /// The comm's event bookkeeping.
+    fn events(&self) -> &CommEvents;
+    /// The NCCL device index of each member device the comm's QPs are on.
+    fn member_devices(&self) -> Vec<i32>;
+    /// The comm's data QP numbers, by QP index.
+    fn qp_numbers(&self) -> Vec<u32>;
+    /// How the comm's QPs map onto the member devices.
+    fn layout(&self) -> QpLayout;
 }
 
 /// Where Starts and Stops go: NCCL's callback, or a recording fake in the unit tests.
@@ -405,16 +412,12 @@ impl Drop for CommEvents {
     }
 }
 
-fn book_of(comm: &Comm, send: bool) -> MutexGuard<'_, Book> {
-    comm.profiler.get_or_make(|| {
+fn book_of(comm: &impl EventSource, send: bool) -> MutexGuard<'_, Book> {
+    comm.events().get_or_make(|| {
         Book::new(
             send,
-            comm.device()
-                .members
-                .iter()
-                .map(|m| m.index as i32)
-                .collect(),
-            comm.qp_numbers().collect(),
+            comm.member_devices(),
+            comm.qp_numbers(),
             comm.layout(),
         )
     })
@@ -422,11 +425,11 @@ fn book_of(comm: &Comm, send: bool) -> MutexGuard<'_, Book> {
 
 /// `isend` matched send request `req` to a buffer of a group that is not complete yet.
 #[inline]
-pub fn on_send_matched(comm: &Comm, req: u32) {
+pub fn on_send_matched(comm: &impl EventSource, req: u32, ph: Phandles) {
     if callback().is_none() {
         return;
     }
-    let ph = call_phandles()[0];
+    let ph = ph.first();
     if ph != 0 {
         book_of(comm, true).send_matched(req, ph);
     }
@@ -434,15 +437,15 @@ pub fn on_send_matched(comm: &Comm, req: u32) {
 
 /// `isend` of send request `req` completed `group`, whose writes were posted.
 #[inline]
-pub fn on_send_posted(comm: &Comm, req: u32, group: &ReadyGroup<'_>) {
+pub fn on_send_posted(comm: &impl EventSource, req: u32, ph: Phandles, group: &ReadyGroup<'_>) {
     let Some(cb) = callback() else {
         return;
     };
-    let ph = call_phandles()[0];
+    let ph = ph.first();
     let mut book = if ph != 0 {
         book_of(comm, true)
     } else {
-        match comm.profiler.get() {
+        match comm.events().get() {
             Some(b) => b,
             None => return,
         }
@@ -453,14 +456,19 @@ pub fn on_send_posted(comm: &Comm, req: u32, group: &ReadyGroup<'_>) {
 
 /// `irecv` posted the receives of `post`.
 #[inline]
-pub fn on_recv_posted(comm: &Comm, post: &PostRecv, entries: &[CtsEntry]) {
+pub fn on_recv_posted(
+    comm: &impl EventSource,
+    post: &PostRecv,
+    entries: &[CtsEntry],
+    ph: Phandles,
+) {
     let Some(cb) = callback() else {
         return;
     };
-    let ph = call_phandles();
-    if ph.iter().all(|p| *p == 0) {
+    if !ph.any() {
         return;
     }
+    let ph = ph.0;
     let mut sizes = [0u32; MAX_RECVS];
     for (s, e) in sizes.iter_mut().zip(entries) {
         *s = e.size;
@@ -471,22 +479,22 @@ pub fn on_recv_posted(comm: &Comm, post: &PostRecv, entries: &[CtsEntry]) {
 
 /// A successful completion was polled from the comm's CQ.
 #[inline]
-pub fn on_completion(comm: &Comm, wc: &ibv_wc) {
+pub fn on_completion(comm: &impl EventSource, wc: &ibv_wc) {
     let Some(cb) = callback() else {
         return;
     };
-    if let Some(mut b) = comm.profiler.get() {
+    if let Some(mut b) = comm.events().get() {
         b.completion(&mut Nccl(cb), wc.wr_id, wc.qp_num);
     }
 }
 
 /// `test` reported request `req` of `comm` done.
 #[inline]
-pub fn on_done(comm: &Comm, req: u32) {
+pub fn on_done(comm: &impl EventSource, req: u32) {
     let Some(cb) = callback() else {
         return;
     };
-    if let Some(mut b) = comm.profiler.get() {
+    if let Some(mut b) = comm.events().get() {
         b.done(&mut Nccl(cb), req);
     }
 }
@@ -770,9 +778,9 @@ mod tests {
     }
 
     #[test]
-    fn without_a_callback_the_thread_keeps_no_profiler_handles() {
+    fn without_a_callback_no_profiler_handle_is_kept() {
         // No callback is set in unit tests: the handles are never stored.
-        let seen = with_phandles(&[0x55 as *mut c_void], call_phandles);
-        assert_eq!(seen, [0; MAX_RECVS]);
+        assert_eq!(Phandles::of(&[0x55 as *mut c_void]), Phandles::NONE);
+        assert!(!Phandles::of(&[0x55 as *mut c_void; MAX_RECVS + 1]).any());
     }
 }

@@ -9,6 +9,7 @@
 use super::out;
 use crate::error::{Error, Result};
 use crate::plugin::{self, DeviceProps};
+use crate::profiler::Phandles;
 use crate::transport;
 use core::ffi::{c_int, c_void};
 use ferro_ffi::{
@@ -257,7 +258,7 @@ pub(super) fn isend<S: SizeArg>(
     let m = unsafe { transport::mr_ref(mhandle) }?;
     check_fits(c, m)?;
     let size = request_bytes(c.device(), "isend", size)?;
-    let r = crate::profiler::with_phandles(&[phandle], || c.isend(data as u64, size, tag, m))?;
+    let r = c.isend(data as u64, size, tag, m, Phandles::of(&[phandle]))?;
     out(
         "request",
         request,
@@ -331,7 +332,7 @@ pub(super) fn irecv<S: SizeArg>(
             rkeys,
         };
     }
-    let r = crate::profiler::with_phandles(&ph[..n], || c.irecv(&bufs[..n]))?;
+    let r = c.irecv(&bufs[..n], Phandles::of(&ph[..n]))?;
     out(
         "request",
         request,

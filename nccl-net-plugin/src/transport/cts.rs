@@ -11,39 +11,20 @@
 //! the comm, and writes them itself.
 
 use super::comm::{Comm, ReceiverMem, Side};
-use super::receivers::Registry;
+use super::receivers;
 use crate::error::Result;
 use ferro_proto::comm::Failure;
 use ferro_proto::comm::recv::{CtsWrite, RecvCore};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain, SendFlags};
-use std::sync::OnceLock;
-
-/// Every open receive comm, by address, under the lifetime rule of [`Registry`]: added once the
-/// comm has its final address, removed before anything else of its end happens.
-fn receivers() -> &'static Registry {
-    static RECEIVERS: OnceLock<Registry> = OnceLock::new();
-    RECEIVERS.get_or_init(Registry::default)
-}
 
 /// The QP that carries clear-to-send writes.
 const CTS_QP: usize = 0;
-
-/// Adds a receive comm (at creation, at its final heap address).
-pub(super) fn register(comm: *const Comm) {
-    receivers().add(comm as usize);
-}
-
-/// Removes a comm; must come before anything else of the comm's end (see [`Registry`]). A
-/// no-op for comms that were never added.
-pub(super) fn unregister(comm: *const Comm) {
-    receivers().remove(comm as usize);
-}
 
 /// Writes the staged entries of every receive comm except `current` (whose lock the caller
 /// holds) and those another thread is using right now.
 pub(super) fn flush_others(current: *const Comm) {
     // Another thread holding the list is adding, removing, or doing this same work.
-    receivers().try_visit(current as usize, |c| {
+    receivers::list().try_visit(current as usize, |c| {
         // SAFETY: the registry only visits addresses of live comms (removed before they are
         // freed, under the lock held during this call), and only shared references are made.
         let comm = unsafe { &*(c as *const Comm) };

@@ -1,82 +1,16 @@
-//! The objects NCCL holds as `void*`, and how a pointer from NCCL is checked before use.
-//!
-//! Listen comms, send/receive comms and memory handles are `Box::into_raw` pointers; request
-//! pointers point into a comm's array of immutable [`ReqHandle`]s (stable for the comm's life).
-//! Every one starts with a magic word naming its [`ObjectKind`], so a pointer of the wrong kind,
-//! or NULL, gives an error instead of a type confusion. `close` overwrites the magic word before
-//! the memory is freed.
+//! The way in from NCCL's `void*` pointers: each is checked by its magic word
+//! ([`super::objects`]) before it is used as a listen comm, a comm, a memory handle or a request,
+//! and `close` ends a comm or listen comm (withdrawn from what other threads read, magic word
+//! overwritten, freed).
 
-use super::comm::Comm;
+use super::comm::{Comm, ReqHandle};
 use super::handshake::ListenComm;
+use super::objects::{CLOSED_MAGIC, ObjectKind, magic_of};
 use super::registration::MrHandle;
 use crate::error::{Error, Result};
 use crate::info;
 use ferro_ffi::log_flags::NET;
 use ferro_proto::comm::Done;
-
-/// The kinds of object NCCL gets from the plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObjectKind {
-    ListenComm,
-    SendComm,
-    RecvComm,
-    MemHandle,
-    Request,
-}
-
-/// The word a closed comm's magic is overwritten with.
-const CLOSED_MAGIC: u64 = 0x434c_4f53_4544_2121; // "CLOSED!!"
-
-impl ObjectKind {
-    pub const fn magic(self) -> u64 {
-        match self {
-            ObjectKind::ListenComm => 0x4c49_5354_4652_5231, // "LISTFRR1"
-            ObjectKind::SendComm => 0x5345_4e44_4652_5231,
-            ObjectKind::RecvComm => 0x5245_4356_4652_5231,
-            ObjectKind::MemHandle => 0x4d52_4844_4652_5231,
-            ObjectKind::Request => 0x5245_5155_4652_5231,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            ObjectKind::ListenComm => "listen comm",
-            ObjectKind::SendComm => "send comm",
-            ObjectKind::RecvComm => "receive comm",
-            ObjectKind::MemHandle => "memory handle",
-            ObjectKind::Request => "request",
-        }
-    }
-}
-
-/// What NCCL gets as a request pointer: immutable, names the comm and a slot of its request
-/// table (the state lives in the comm's protocol core).
-#[derive(Debug)]
-#[repr(C)]
-pub struct ReqHandle {
-    magic: u64,
-    comm: *const Comm,
-    idx: u32,
-}
-
-impl ReqHandle {
-    pub(super) fn new(comm: *const Comm, idx: u32) -> ReqHandle {
-        ReqHandle {
-            magic: ObjectKind::Request.magic(),
-            comm,
-            idx,
-        }
-    }
-}
-
-/// Reads the magic word at the start of a plugin object.
-///
-/// # Safety
-/// `p` must be NULL or point to at least 8 readable bytes (any object NCCL got from us).
-pub(super) unsafe fn magic_of(p: *const core::ffi::c_void) -> Option<u64> {
-    // SAFETY: per the contract.
-    (!p.is_null()).then(|| unsafe { p.cast::<u64>().read() })
-}
 
 /// # Safety
 /// `p` must be NULL or a pointer this plugin returned from `connect`/`accept` and not yet closed.

@@ -10,7 +10,7 @@
 
 use super::comm::{Comm, CommPtr, ReceiverMem, SendScratch, SenderMem, Side};
 use super::endpoint::{Endpoint, FlushQp, RegBuf};
-use super::handles::ObjectKind;
+use super::objects::ObjectKind;
 use crate::error::{Error, Result};
 use crate::plugin;
 use crate::vnic::{self, VDevice};

@@ -21,13 +21,17 @@ mod cts;
 mod endpoint;
 mod handles;
 mod handshake;
+mod objects;
+mod progress;
 mod receivers;
 mod recv;
 mod registration;
 mod send;
 
+pub use comm::ReqHandle;
 pub use comm::{Comm, CommPtr};
 pub use ferro_proto::comm::recv::RecvBuf;
-pub use handles::{ObjectKind, ReqHandle, close, comm_ref, listen_ref, mr_ref, test_request};
+pub use handles::{close, comm_ref, listen_ref, mr_ref, test_request};
 pub use handshake::{ListenComm, connect, listen};
+pub use objects::ObjectKind;
 pub use registration::{MemKind, MrHandle, dereg_mr, reg_mr, reg_mr_dmabuf};

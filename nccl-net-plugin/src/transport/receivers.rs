@@ -14,6 +14,13 @@
 //! (`RUSTFLAGS="--cfg loom" cargo test -p nccl-net-plugin --lib receivers`).
 
 use crate::sync::Mutex;
+use std::sync::OnceLock;
+
+/// Every open receive comm of the process, by address.
+pub(super) fn list() -> &'static Registry {
+    static RECEIVERS: OnceLock<Registry> = OnceLock::new();
+    RECEIVERS.get_or_init(Registry::default)
+}
 
 /// A set of object addresses, visited under one lock.
 #[derive(Debug, Default)]

@@ -1,34 +1,19 @@
 //! The receive side's verbs work: posting what the core decides for a receive (zero-length
-//! receives, staging its clear-to-send entries and the write when one is due), reading the
-//! sizes FIFO, and flushes.
+//! receives, staging its clear-to-send entries and the write when one is due), and flushes.
 
-use super::comm::{Comm, Side, receiver_completion, retry_answer};
-use super::endpoint::RegBuf;
-use super::handles::ReqHandle;
+use super::comm::{Comm, ReqHandle, Side};
+use super::progress::{receiver_completion, retry_answer};
 use super::registration::{MemKind, MrHandle};
 use crate::error::{Error, Result};
 use crate::plugin;
-use ferro_proto::MAX_RECVS;
+use crate::profiler::Phandles;
 use ferro_proto::comm::recv::{RecvBuf, RecvCore, RecvStep};
-use ferro_proto::fifo::{self, ENTRY_SIZE};
+use ferro_proto::fifo::ENTRY_SIZE;
 use ferro_verbs::{Fixed, RemoteAddr, SendChain};
-use std::sync::atomic::{Ordering, fence};
-
-/// The sizes of group `seq`'s `n` buffers from the receiver's sizes FIFO (written by the peer
-/// before the immediate that finished the group).
-pub(super) fn read_sizes(sizes: &RegBuf, seq: u64, n: usize) -> [u32; MAX_RECVS] {
-    let mut out = [0u32; MAX_RECVS];
-    fence(Ordering::Acquire);
-    let off = fifo::sizes_offset(seq);
-    for (i, o) in out.iter_mut().enumerate().take(n) {
-        *o = sizes.read_u32_le(off + 4 * i);
-    }
-    out
-}
 
 impl Comm {
     /// `irecv`: `Ok(None)` (a NULL request) when 32 receives are outstanding.
-    pub fn irecv(&self, bufs: &[RecvBuf]) -> Result<Option<*mut ReqHandle>> {
+    pub fn irecv(&self, bufs: &[RecvBuf], phandles: Phandles) -> Result<Option<*mut ReqHandle>> {
         let Side::Receiver { mem, core, .. } = &self.side else {
             return Err(Error::Usage("irecv on a send comm".into()));
         };
@@ -51,7 +36,7 @@ impl Comm {
                 return Err(self.fail(&mut core, e));
             }
         }
-        crate::profiler::on_recv_posted(self, &post, core.posted_entries());
+        crate::profiler::on_recv_posted(self, &post, core.posted_entries(), phandles);
         // Staged now, written now or by a later call (coalesced with the receives after it).
         let off = post.stage_offset();
         for (i, e) in core.posted_entries().iter().enumerate() {

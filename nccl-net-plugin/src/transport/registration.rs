@@ -4,7 +4,7 @@
 //! registration per member device (each through that device's cache and protection domain).
 
 use super::comm::Comm;
-use super::handles::{ObjectKind, magic_of};
+use super::objects::{ObjectKind, magic_of};
 use crate::error::{Error, Result};
 use crate::plugin::{self, NetDevice};
 use ferro_proto::Keys;

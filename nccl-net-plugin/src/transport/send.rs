@@ -1,11 +1,12 @@
 //! The send side's verbs work: reading the clear-to-send FIFO for the core, and posting the
 //! writes of a complete group as the core and `ferro_proto::plan` lay them out.
 
-use super::comm::{Comm, SendScratch, SenderMem, Side, retry_answer, sender_completion};
-use super::handles::ReqHandle;
+use super::comm::{Comm, ReqHandle, SendScratch, SenderMem, Side};
+use super::progress::{retry_answer, sender_completion};
 use super::registration::{MemKind, MrHandle};
 use crate::error::{Error, Result};
 use crate::info;
+use crate::profiler::Phandles;
 use ferro_ffi::log_flags::NET;
 use ferro_proto::comm::Failure;
 use ferro_proto::comm::send::{ReadyGroup, SendStep};
@@ -23,6 +24,7 @@ impl Comm {
         size: u32,
         tag: i32,
         mh: Option<&MrHandle>,
+        phandle: Phandles,
     ) -> Result<Option<*mut ReqHandle>> {
         let Side::Sender { mem, core } = &self.side else {
             return Err(Error::Usage("isend on a receive comm".into()));
@@ -65,7 +67,7 @@ impl Comm {
                 retry_answer(&*core)
             }
             SendStep::Matched { req } => {
-                crate::profiler::on_send_matched(self, req);
+                crate::profiler::on_send_matched(self, req, phandle);
                 Ok(Some(self.req_ptr(req)))
             }
             SendStep::Post { req } => {
@@ -78,7 +80,7 @@ impl Comm {
                 let mut posts = 0;
                 let posted = self.post_group(mem, &group, inline_ok, &mut posts);
                 if posted.is_ok() {
-                    crate::profiler::on_send_posted(self, req, &group);
+                    crate::profiler::on_send_posted(self, req, phandle, &group);
                 }
                 core.health.counters.send_posts += posts;
                 if let Err(e) = posted {
