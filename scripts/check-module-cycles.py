@@ -8,7 +8,8 @@ ancestor of the importer and the imported item: `transport/comm.rs` naming `supe
 edge `transport::comm -> transport::cts`; `profiler.rs` naming `crate::transport::Comm` is
 `profiler -> transport`. A child naming an item of one of its ancestors (`super::Foo` defined in
 `mod.rs`) adds no edge: a module may use what its parent declares. A circle among siblings means
-two modules each need the other, which the layout is meant to rule out.
+two modules each need the other, which the layout is meant to rule out. Test-only modules
+(`#[cfg(test)]`, inline or in their own file) are left out: tests may reach across the layers.
 
 Usage: check-module-cycles.py [CRATE_DIR ...]   (default: every workspace member with src/)
 Exit status 0 when there is no circle, 1 otherwise (each circle printed with the lines that
@@ -109,6 +110,34 @@ def expand(text, start):
     return [head]
 
 
+TEST_MOD_RE = re.compile(r"#\[cfg\([^\]]*\btest\b[^\]]*\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*([;{])")
+
+
+def drop_test_modules(text):
+    """Blanks out inline `#[cfg(test)] mod x { ... }` blocks; the names of `#[cfg(test)] mod x;`."""
+    out, names, pos = [], [], 0
+    for m in TEST_MOD_RE.finditer(text):
+        if m.start() < pos:
+            continue
+        if m.group(2) == ";":
+            names.append(m.group(1))
+            continue
+        depth, j = 0, m.end() - 1
+        while j < len(text):
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        out.append(text[pos:m.start()])
+        out.append(re.sub(r"[^\n]", " ", text[m.start():j + 1]))
+        pos = j + 1
+    out.append(text[pos:])
+    return "".join(out), names
+
+
 def module_files(src):
     """{module path tuple: file} for a crate's src/ (lib.rs or main.rs is the root)."""
     mods = {}
@@ -140,10 +169,16 @@ def resolve(modpath, segs):
 def crate_edges(crate_dir):
     src = crate_dir / "src"
     mods = module_files(src)
+    texts, test_mods = {}, set()
+    for mp, f in mods.items():
+        texts[mp], tests = drop_test_modules(strip_comments_and_strings(f.read_text()))
+        test_mods.update(mp + (t,) for t in tests)
+    mods = {mp: f for mp, f in mods.items()
+            if not any(mp[:k] in test_mods for k in range(1, len(mp) + 1))}
     names = set(mods)
     edges = {}
     for mp, f in mods.items():
-        text = strip_comments_and_strings(f.read_text())
+        text = texts[mp]
         for m in PATH_RE.finditer(text):
             for segs in expand(text, m.start()):
                 target = resolve(mp, segs)

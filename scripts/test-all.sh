@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's whole test suite, as run by `make test` and CI:
 #   1. provision the machine (packages, soft-RoCE guest kernel) if needed;
-#   2. style: rustfmt and clippy (warnings are errors), before anything slow;
+#   2. style: rustfmt and clippy (warnings are errors), and no module import circles (layout),
+#      before anything slow;
 #   3. host tests: unit tests of every crate and the host_* integration tests (no RDMA needed);
 #      the loom models of the cross-thread rules;
 #      then the Debian package (built, installed into a scratch root, loaded as NCCL does) and
@@ -16,7 +17,7 @@ step() { printf '\n==> %s\n' "$*" >&2; }
 step "provisioning (packages, guest kernel)"
 testbed/host/provision.sh
 
-step "style: cargo fmt --check, cargo clippy -D warnings"
+step "style: cargo fmt --check, cargo clippy -D warnings, module import circles"
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
   command -v rustup >/dev/null 2>&1 && rustup component add rustfmt clippy >&2 || true
   cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1 || {
@@ -26,6 +27,7 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
 fi
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+python3 scripts/check-module-cycles.py
 
 step "building the plugin and tools"
 cargo build --workspace --all-targets

@@ -2,7 +2,6 @@
 //! zeroed, page-aligned, and never handed out as a Rust reference (see [`crate::volatile`]).
 
 use crate::error::{Error, Result};
-use crate::volatile::VolatileRegion;
 use core::ptr::NonNull;
 
 /// Zeroed, page-aligned host memory owned by the plugin (FIFOs, staging). Never exposed as a Rust
@@ -41,11 +40,6 @@ impl HostBuf {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// The buffer's bytes, for bounds-checked volatile access.
-    pub fn volatile(&self) -> VolatileRegion<'_> {
-        VolatileRegion::over(self)
     }
 }
 

@@ -17,6 +17,13 @@ pub struct VolatileRegion<'a> {
     _buf: PhantomData<&'a HostBuf>,
 }
 
+impl HostBuf {
+    /// The buffer's bytes, for bounds-checked volatile access.
+    pub fn volatile(&self) -> VolatileRegion<'_> {
+        VolatileRegion::over(self)
+    }
+}
+
 impl<'a> VolatileRegion<'a> {
     /// The whole of `buf`.
     pub(crate) fn over(buf: &'a HostBuf) -> Self {

@@ -18,16 +18,15 @@
 //! Nothing here reads a clock or touches memory the NIC writes: the transport passes in what it
 //! read (FIFO entries, sizes) through small closures or values.
 
-pub mod counters;
 pub mod recv;
 pub mod requests;
 pub mod send;
 pub mod wr_id;
 
-pub use crate::health::watchdog;
 pub use crate::health::{
     CommHealth, Failure, FailureKind, LIVENESS_EVERY, LivenessCounter, Sticky,
 };
+pub use crate::health::{counters, watchdog};
 
 use crate::MAX_RECVS;
 use std::fmt;
@@ -82,3 +81,9 @@ impl fmt::Display for CoreError {
 }
 
 impl std::error::Error for CoreError {}
+
+impl From<Failure> for CoreError {
+    fn from(f: Failure) -> CoreError {
+        CoreError::Failed(f)
+    }
+}

@@ -1,11 +1,64 @@
 //! What one device's asynchronous events said so far ([`DeviceHealth`]), what each event is
 //! worth a log line, and what it means for a comm on the device ([`DeviceFault`]).
 
-use super::facts::DeviceEvent;
 use std::collections::HashMap;
 use std::fmt;
 
 /// The record of one device's events: ports down, a fatal error, QPs and CQs with an error.
+/// One asynchronous event of a device, as far as the fault policy cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceEvent {
+    /// `IBV_EVENT_PORT_ERR` on a port: its link went down.
+    PortDown { port: u8 },
+    /// `IBV_EVENT_PORT_ACTIVE` on a port: its link is back.
+    PortActive { port: u8 },
+    /// `IBV_EVENT_DEVICE_FATAL`: the device failed.
+    DeviceFatal,
+    /// An error event on a QP, by its number.
+    QpError { qpn: u32, error: QpError },
+    /// `IBV_EVENT_CQ_ERR` on a CQ, by its identity (the transport uses its address).
+    CqError { cq: usize },
+    /// Any other event (LID or GID change, path migration, ...), by its `IBV_EVENT_*` name: said
+    /// at INFO, changes nothing.
+    Other { name: &'static str },
+}
+
+/// Which error event a QP reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpError {
+    /// `IBV_EVENT_QP_FATAL`.
+    Fatal,
+    /// `IBV_EVENT_QP_REQ_ERR`.
+    RequestError,
+    /// `IBV_EVENT_QP_ACCESS_ERR`.
+    AccessError,
+}
+
+impl QpError {
+    /// The event's `IBV_EVENT_*` name, as logs and messages give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpError::Fatal => "IBV_EVENT_QP_FATAL",
+            QpError::RequestError => "IBV_EVENT_QP_REQ_ERR",
+            QpError::AccessError => "IBV_EVENT_QP_ACCESS_ERR",
+        }
+    }
+}
+
+impl DeviceEvent {
+    /// The event's `IBV_EVENT_*` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DeviceEvent::PortDown { .. } => "IBV_EVENT_PORT_ERR",
+            DeviceEvent::PortActive { .. } => "IBV_EVENT_PORT_ACTIVE",
+            DeviceEvent::DeviceFatal => "IBV_EVENT_DEVICE_FATAL",
+            DeviceEvent::QpError { error, .. } => error.name(),
+            DeviceEvent::CqError { .. } => "IBV_EVENT_CQ_ERR",
+            DeviceEvent::Other { name } => name,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct DeviceHealth {
     /// The device's name, for messages.

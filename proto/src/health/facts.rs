@@ -2,62 +2,8 @@
 //! device's asynchronous events, the out-of-band socket and the completion queue, and the time.
 //! The transport gathers them; nothing here reads anything.
 
-use super::device::DeviceFault;
+pub use super::device::{DeviceEvent, DeviceFault, QpError};
 use std::time::Duration;
-
-/// One asynchronous event of a device, as far as the fault policy cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceEvent {
-    /// `IBV_EVENT_PORT_ERR` on a port: its link went down.
-    PortDown { port: u8 },
-    /// `IBV_EVENT_PORT_ACTIVE` on a port: its link is back.
-    PortActive { port: u8 },
-    /// `IBV_EVENT_DEVICE_FATAL`: the device failed.
-    DeviceFatal,
-    /// An error event on a QP, by its number.
-    QpError { qpn: u32, error: QpError },
-    /// `IBV_EVENT_CQ_ERR` on a CQ, by its identity (the transport uses its address).
-    CqError { cq: usize },
-    /// Any other event (LID or GID change, path migration, ...), by its `IBV_EVENT_*` name: said
-    /// at INFO, changes nothing.
-    Other { name: &'static str },
-}
-
-/// Which error event a QP reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QpError {
-    /// `IBV_EVENT_QP_FATAL`.
-    Fatal,
-    /// `IBV_EVENT_QP_REQ_ERR`.
-    RequestError,
-    /// `IBV_EVENT_QP_ACCESS_ERR`.
-    AccessError,
-}
-
-impl QpError {
-    /// The event's `IBV_EVENT_*` name, as logs and messages give it.
-    pub fn name(self) -> &'static str {
-        match self {
-            QpError::Fatal => "IBV_EVENT_QP_FATAL",
-            QpError::RequestError => "IBV_EVENT_QP_REQ_ERR",
-            QpError::AccessError => "IBV_EVENT_QP_ACCESS_ERR",
-        }
-    }
-}
-
-impl DeviceEvent {
-    /// The event's `IBV_EVENT_*` name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            DeviceEvent::PortDown { .. } => "IBV_EVENT_PORT_ERR",
-            DeviceEvent::PortActive { .. } => "IBV_EVENT_PORT_ACTIVE",
-            DeviceEvent::DeviceFatal => "IBV_EVENT_DEVICE_FATAL",
-            DeviceEvent::QpError { error, .. } => error.name(),
-            DeviceEvent::CqError { .. } => "IBV_EVENT_CQ_ERR",
-            DeviceEvent::Other { name } => name,
-        }
-    }
-}
 
 /// What one read of the out-of-band socket said. Nothing is expected on it after the
 /// handshake, so only its end matters.

@@ -15,6 +15,7 @@
 //!
 //! Nothing here reads a clock, a socket or a device: the time is passed in.
 
+pub mod counters;
 pub mod device;
 pub mod facts;
 pub mod verdict;
@@ -24,8 +25,7 @@ pub use device::{DeviceFault, DeviceHealth};
 pub use facts::{DeviceEvent, FailedCompletion, Look, PeerGone, Socket};
 pub use verdict::{Failure, FailureKind, Fault, Verdict};
 
-use crate::comm::CoreError;
-use crate::comm::counters::Counters;
+use counters::Counters;
 use std::time::Duration;
 
 /// The sticky error of one comm: the first failure wins and stays.
@@ -47,9 +47,9 @@ impl Sticky {
     }
 
     /// `Err` with the failure in force, if any.
-    pub fn check(&self) -> Result<(), CoreError> {
+    pub fn check(&self) -> Result<(), Failure> {
         match &self.0 {
-            Some(f) => Err(CoreError::Failed(f.clone())),
+            Some(f) => Err(f.clone()),
             None => Ok(()),
         }
     }
@@ -116,7 +116,7 @@ impl CommHealth {
     }
 
     /// `Err` with the failure in force, if any.
-    pub fn check(&self) -> Result<(), CoreError> {
+    pub fn check(&self) -> Result<(), Failure> {
         self.error.check()
     }
 

@@ -3,7 +3,6 @@
 use super::device::{DeviceCause, Level};
 use super::verdict::{failed_completion, refused};
 use super::*;
-use crate::comm::CoreError;
 use std::time::Duration;
 
 const COMM: &str = "rxe0:1 peer 10.0.0.2:40000";
@@ -49,10 +48,7 @@ fn the_first_failure_sticks() {
     s.set(Failure::remote("peer gone"));
     s.set(Failure::system("later"));
     assert_eq!(s.get().map(|f| f.message.as_str()), Some("peer gone"));
-    assert_eq!(
-        s.check(),
-        Err(CoreError::Failed(Failure::remote("peer gone")))
-    );
+    assert_eq!(s.check(), Err(Failure::remote("peer gone")));
 }
 
 #[test]

@@ -17,8 +17,7 @@ use std::net::IpAddr;
 
 pub mod types;
 
-use crate::sysfs::LinkLayer;
-pub use types::{AddrFamily, GidEntry, GidType};
+pub use types::{AddrFamily, GidEntry, GidType, LinkLayer};
 
 /// What the caller wants (`NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`,
 /// `NCCL_IB_ROCE_VERSION_NUM`).

@@ -1,7 +1,6 @@
 //! GID types: the address family of a GID, its RoCE type, one GID table entry, and the text
 //! forms sysfs uses.
 
-use crate::sysfs::LinkLayer;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
@@ -225,6 +224,54 @@ pub fn table_from_verbs(
         *slot = GidEntry::new(e.gid_index, gid, gid_type, netdev);
     }
     table
+}
+
+/// Port link layer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LinkLayer {
+    /// InfiniBand.
+    InfiniBand,
+    /// Ethernet (RoCE).
+    Ethernet,
+    /// Anything else, as printed (empty when the file could not be read).
+    Unknown(String),
+}
+
+impl LinkLayer {
+    /// From sysfs text (`InfiniBand` / `Ethernet`).
+    pub fn parse(text: &str) -> Self {
+        match text.trim() {
+            "InfiniBand" => Self::InfiniBand,
+            "Ethernet" => Self::Ethernet,
+            other => Self::Unknown(other.to_string()),
+        }
+    }
+
+    /// From `ibv_port_attr::link_layer` (`IBV_LINK_LAYER_*`): 0 (unspecified, old drivers) and 1
+    /// are InfiniBand, 2 is Ethernet.
+    pub fn from_verbs(code: u8) -> Self {
+        match code {
+            0 | 1 => Self::InfiniBand,
+            2 => Self::Ethernet,
+            n => Self::Unknown(format!("link layer {n}")),
+        }
+    }
+
+    /// Whether GIDs on this port are RoCE GIDs (Ethernet link layer).
+    pub fn is_ethernet(&self) -> bool {
+        matches!(self, Self::Ethernet)
+    }
+}
+
+impl fmt::Display for LinkLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InfiniBand => f.write_str("InfiniBand"),
+            Self::Ethernet => f.write_str("Ethernet"),
+            Self::Unknown(s) if s.is_empty() => f.write_str("unknown"),
+            Self::Unknown(s) => f.write_str(s),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use super::GidEntry;
 use super::PciAddr;
 use super::parse::leading_number;
+pub use crate::gid::types::LinkLayer;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -120,54 +121,6 @@ impl fmt::Display for PortState {
             Self::Active => f.write_str("ACTIVE"),
             Self::ActiveDefer => f.write_str("ACTIVE_DEFER"),
             Self::Other(n) => write!(f, "state {n}"),
-        }
-    }
-}
-
-/// Port link layer.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum LinkLayer {
-    /// InfiniBand.
-    InfiniBand,
-    /// Ethernet (RoCE).
-    Ethernet,
-    /// Anything else, as printed (empty when the file could not be read).
-    Unknown(String),
-}
-
-impl LinkLayer {
-    /// From sysfs text (`InfiniBand` / `Ethernet`).
-    pub fn parse(text: &str) -> Self {
-        match text.trim() {
-            "InfiniBand" => Self::InfiniBand,
-            "Ethernet" => Self::Ethernet,
-            other => Self::Unknown(other.to_string()),
-        }
-    }
-
-    /// From `ibv_port_attr::link_layer` (`IBV_LINK_LAYER_*`): 0 (unspecified, old drivers) and 1
-    /// are InfiniBand, 2 is Ethernet.
-    pub fn from_verbs(code: u8) -> Self {
-        match code {
-            0 | 1 => Self::InfiniBand,
-            2 => Self::Ethernet,
-            n => Self::Unknown(format!("link layer {n}")),
-        }
-    }
-
-    /// Whether GIDs on this port are RoCE GIDs (Ethernet link layer).
-    pub fn is_ethernet(&self) -> bool {
-        matches!(self, Self::Ethernet)
-    }
-}
-
-impl fmt::Display for LinkLayer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InfiniBand => f.write_str("InfiniBand"),
-            Self::Ethernet => f.write_str("Ethernet"),
-            Self::Unknown(s) if s.is_empty() => f.write_str("unknown"),
-            Self::Unknown(s) => f.write_str(s),
         }
     }
 }
