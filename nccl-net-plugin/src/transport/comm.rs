@@ -65,6 +65,8 @@ pub(super) enum Side {
         /// itself, used to read back one byte of received data so it is visible before NCCL
         /// consumes it (empty: no flushing).
         flush: Vec<FlushQp>,
+        /// `FERRO_FLUSH_HOST`, taken when the comm was built: host buffers are flushed too.
+        flush_host: bool,
     },
 }
 

@@ -326,6 +326,7 @@ impl Setup {
                         mem,
                         core: Mutex::new(core),
                         flush,
+                        flush_host: plugin::get()?.config.flush_host,
                     },
                 })
             }

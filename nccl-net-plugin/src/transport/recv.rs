@@ -5,7 +5,6 @@ use super::comm::{Comm, ReqHandle, Side};
 use super::progress::{receiver_completion, retry_answer};
 use super::registration::{MemKind, MrHandle};
 use crate::error::{Error, Result};
-use crate::plugin;
 use crate::profiler::Phandles;
 use ferro_proto::comm::recv::{RecvBuf, RecvCore, RecvStep};
 use ferro_proto::fifo::ENTRY_SIZE;
@@ -59,15 +58,20 @@ impl Comm {
     /// `FERRO_FLUSH_HOST=1`), only empty buffers, or flushing disabled
     /// (`NCCL_GDR_FLUSH_DISABLE=1`, or no GPUDirect RDMA on this device).
     pub fn iflush(&self, bufs: &[(u64, u32, Option<&MrHandle>)]) -> Result<Option<*mut ReqHandle>> {
-        let Side::Receiver { core, flush, mem } = &self.side else {
+        let Side::Receiver {
+            core,
+            flush,
+            mem,
+            flush_host,
+        } = &self.side
+        else {
             return Err(Error::Usage("iflush on a send comm".into()));
         };
         if flush.is_empty() {
             return Ok(None);
         }
-        let flush_host = plugin::get().is_ok_and(|p| p.config.flush_host);
         let target = bufs.iter().rev().find(|(_, size, mh)| {
-            *size > 0 && mh.is_some_and(|m| m.kind() != MemKind::Host || flush_host)
+            *size > 0 && mh.is_some_and(|m| m.kind() != MemKind::Host || *flush_host)
         });
         let Some(&(addr, _, Some(mh))) = target else {
             return Ok(None);
