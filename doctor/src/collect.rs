@@ -3,7 +3,7 @@
 
 use crate::*;
 use ferro_verbs::gid::{GidError, select_gid};
-use ferro_verbs::loader::{LIB_ENV, LoadError};
+use ferro_verbs::loader::LoadError;
 use ferro_verbs::sysfs::{self, LinkLayer, PortState, SysDevice, SysPort};
 use nccl_net_ferro::config::Config;
 use nccl_net_ferro::discovery::{
@@ -25,8 +25,9 @@ pub fn collect(sys_root: &Path) -> Report {
 pub fn collect_at(roots: &Roots) -> Report {
     let sys_root = roots.sys.as_path();
     let (config, config_warnings) = Config::from_env();
+    let override_value = config.ibverbs_lib.clone();
+    let _ = ferro_verbs::loader::open(override_value.as_deref());
     let disc = discover(sys_root, &config);
-    let override_value = std::env::var(LIB_ENV).ok().filter(|s| !s.is_empty());
     let library = Library {
         name: match &disc.lib {
             Ok(name) => name.clone(),

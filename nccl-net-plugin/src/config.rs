@@ -106,6 +106,11 @@ settings! {
     /// `FERRO_STALL_WARN_S`: seconds without progress before a comm with work outstanding
     /// logs a stall warning (then again at doubling intervals); 0 disables.
     stall_warn_s: u32 = "FERRO_STALL_WARN_S", 60, int(0, 86_400);
+    /// `FERRO_IBVERBS_LIB`: the libibverbs to open instead of `libibverbs.so.1` (a path or a
+    /// name the dynamic loader finds).
+    ibverbs_lib: Option<String> = "FERRO_IBVERBS_LIB", None, text;
+    /// `FERRO_LOG_STDERR`: without NCCL's logger (tools, tests), log lines go to stderr.
+    log_stderr: bool = "FERRO_LOG_STDERR", false, flag;
     /// `NCCL_SOCKET_IFNAME`: which interfaces the out-of-band listener may bind (NCCL's
     /// syntax, matched by `oob::listen_ip`); `None` when unset or empty.
     socket_ifname: Option<String> = "NCCL_SOCKET_IFNAME", None, text;
@@ -359,9 +364,16 @@ pub fn parse_gid_overrides(raw: &str) -> Result<Vec<GidOverride>, String> {
 }
 
 impl Config {
-    /// Reads the process environment.
+    /// Reads the process environment: the one place the plugin does.
     pub fn from_env() -> (Config, Vec<Warning>) {
         Self::from_lookup(&|k| std::env::var(k).ok())
+    }
+
+    /// The process's configuration, read from the environment at its first use (`init`, or an
+    /// earlier log line) and never again, with the warnings of that reading for `init` to log.
+    pub fn process() -> &'static (Config, Vec<Warning>) {
+        static PROCESS: std::sync::OnceLock<(Config, Vec<Warning>)> = std::sync::OnceLock::new();
+        PROCESS.get_or_init(Config::from_env)
     }
 
     /// The GID selection policy these settings describe.

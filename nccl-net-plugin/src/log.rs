@@ -33,7 +33,7 @@ fn logger() -> ncclDebugLogger_t {
 }
 
 fn stderr_enabled() -> bool {
-    std::env::var("FERRO_LOG_STDERR").is_ok_and(|v| v == "1")
+    crate::config::Config::process().0.log_stderr
 }
 
 /// Emits one log line.

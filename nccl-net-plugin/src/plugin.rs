@@ -134,7 +134,7 @@ pub struct Plugin {
 static PLUGIN: OnceLock<std::result::Result<Plugin, Error>> = OnceLock::new();
 
 fn build() -> std::result::Result<Plugin, Error> {
-    let (config, warnings) = Config::from_env();
+    let (config, warnings) = Config::process().clone();
     for w in &warnings {
         warn!(INIT | ENV, "{w}");
     }
@@ -143,7 +143,7 @@ fn build() -> std::result::Result<Plugin, Error> {
     }
     // As NCCL's IB transport does, before anything is registered: registered pages stay safe
     // when the process forks (data loaders, checkpoint writers and compilers fork under NCCL).
-    if let Ok(v) = ferro_verbs::verbs() {
+    if let Ok(v) = ferro_verbs::loader::open(config.ibverbs_lib.as_deref()) {
         if let Err(rc) = v.fork_init() {
             warn!(
                 INIT,

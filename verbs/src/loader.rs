@@ -204,17 +204,18 @@ impl Verbs {
 
 static VERBS: OnceLock<Result<Verbs, LoadError>> = OnceLock::new();
 
-/// Opens libibverbs once per process (honouring [`LIB_ENV`]) and returns the table, or why not.
-pub fn verbs() -> Result<&'static Verbs, &'static LoadError> {
+/// Opens libibverbs once per process from `lib` (`None` or empty: [`DEFAULT_LIB`]) and returns the
+/// table, or why not. The first call decides; later calls, and [`verbs`], return its outcome. The
+/// caller's configuration says which library ([`LIB_ENV`]); this crate reads no environment.
+pub fn open(lib: Option<&str>) -> Result<&'static Verbs, &'static LoadError> {
     VERBS
-        .get_or_init(|| {
-            let lib = std::env::var(LIB_ENV)
-                .ok()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| DEFAULT_LIB.into());
-            load(&lib)
-        })
+        .get_or_init(|| load(lib.filter(|s| !s.is_empty()).unwrap_or(DEFAULT_LIB)))
         .as_ref()
+}
+
+/// The table [`open`] opened (or, if nothing opened it yet, [`DEFAULT_LIB`]'s), or why not.
+pub fn verbs() -> Result<&'static Verbs, &'static LoadError> {
+    open(None)
 }
 
 /// The text of `dlerror()` (the last dynamic-loader error on this thread), or a placeholder.
