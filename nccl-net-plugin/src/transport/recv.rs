@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::profiler::Phandles;
 use ferro_proto::comm::recv::{RecvBuf, RecvCore, RecvStep};
 use ferro_proto::fifo::ENTRY_SIZE;
+use ferro_proto::health::{FlushRefused, verdict};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain};
 
 impl Comm {
@@ -93,12 +94,13 @@ impl Comm {
             chain.rdma_read(RecvCore::flush_wr_id(req), f.buf.sge(0, 0, 1), remote, true);
             core.health.counters.send_posts += 1;
             if let Err(e) = f.qp.post(&mut chain) {
-                if m == 0 {
-                    core.abort_flush(req);
-                    return Err(Error::System(format!("{}: flush: {e}", self.describe())));
-                }
-                // Reads already posted will complete against the request: fail the comm.
-                return Err(self.fail(&mut core, e));
+                return Err(match verdict::flush_refused(m) {
+                    FlushRefused::AbortFlush => {
+                        core.abort_flush(req);
+                        Error::System(format!("{}: flush: {e}", self.describe()))
+                    }
+                    FlushRefused::FailComm => self.fail(&mut core, e),
+                });
             }
         }
         Ok(Some(self.req_ptr(req)))

@@ -23,7 +23,7 @@ pub mod watchdog;
 
 pub use device::{DeviceFault, DeviceHealth};
 pub use facts::{DeviceEvent, FailedCompletion, Look, PeerGone, Socket};
-pub use verdict::{Failure, FailureKind, Fault, Verdict};
+pub use verdict::{Failure, FailureKind, Fault, FlushRefused, Verdict};
 
 use counters::Counters;
 use std::time::Duration;

@@ -258,3 +258,10 @@ fn a_fault_of_a_member_names_the_member_and_the_virtual_device() {
         )
     );
 }
+
+#[test]
+fn a_flush_refused_before_any_read_is_abandoned_and_after_one_fails_the_comm() {
+    assert_eq!(verdict::flush_refused(0), FlushRefused::AbortFlush);
+    assert_eq!(verdict::flush_refused(1), FlushRefused::FailComm);
+    assert_eq!(verdict::flush_refused(7), FlushRefused::FailComm);
+}

@@ -85,6 +85,27 @@ pub fn refused(comm: &str, what: &dyn fmt::Display) -> Verdict {
     Verdict::Fail(Failure::system(format!("{comm}: {what}")))
 }
 
+/// What a refused post of one of a flush's reads means for the receive comm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushRefused {
+    /// None of the flush's reads was posted: only the flush is abandoned (its request freed, the
+    /// call returns the error) and the comm goes on.
+    AbortFlush,
+    /// Some reads were posted and will complete against a request NCCL was told failed: the
+    /// comm fails (the system's failure, as any refused post).
+    FailComm,
+}
+
+/// The verdict on a flush whose read on one member was refused after `reads_posted` reads on
+/// the members before it were posted.
+pub fn flush_refused(reads_posted: usize) -> FlushRefused {
+    if reads_posted == 0 {
+        FlushRefused::AbortFlush
+    } else {
+        FlushRefused::FailComm
+    }
+}
+
 impl Stall {
     /// The WARN for this stall of the `side` ("send" or "receive") comm `comm`, which waits
     /// for `pending`, with its counters' `summary`.
