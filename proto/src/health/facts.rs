@@ -5,8 +5,9 @@
 pub use super::device::{DeviceEvent, DeviceFault, QpError};
 use std::time::Duration;
 
-/// What one read of the out-of-band socket said. Nothing is expected on it after the
-/// handshake, so only its end matters.
+/// What one read of the out-of-band socket said. After the handshake the only bytes a peer
+/// sends on it are a failure notice (the text of the error that failed its end, then it stops
+/// writing); otherwise only its end matters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Socket {
     /// Open, with nothing (or something ignored) to read.
@@ -24,6 +25,8 @@ pub enum PeerGone {
     TimedOut(String),
     /// Any other error (a reset, ...), with its text.
     Error(String),
+    /// The peer failed its end of the comm and said why (its failure notice).
+    Failed(String),
 }
 
 /// The facts of one periodic look at a comm that waits.

@@ -258,3 +258,19 @@ fn a_fault_of_a_member_names_the_member_and_the_virtual_device() {
         )
     );
 }
+
+#[test]
+fn a_peers_failure_notice_fails_the_comm_with_the_peers_words() {
+    let why = "send of 11 bytes (tag 0) is larger than the receive buffer of 10 bytes it matched";
+    let v = CommHealth::default().decide(look(0, None, Socket::Gone(PeerGone::Failed(why.into()))));
+    assert_eq!(
+        v,
+        Verdict::PollThenFail(Fault::PeerGone(PeerGone::Failed(why.into())))
+    );
+    let f = failure_of(v);
+    assert_eq!(f.kind, FailureKind::Remote);
+    assert_eq!(
+        f.message,
+        format!("{COMM}: the peer failed the comm: {why}; {PENDING}")
+    );
+}
