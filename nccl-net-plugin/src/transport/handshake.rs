@@ -18,7 +18,7 @@ use crate::{info, oob, warn};
 use ferro_ffi::log_flags::{INIT, NET};
 use ferro_proto::comm::CommHealth;
 use ferro_proto::comm::recv::RecvCore;
-use ferro_proto::comm::send::SendCore;
+use ferro_proto::comm::send::{Oversize, SendCore};
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::handle::{self, HANDLE_SIZE, SECRET_SIZE};
 use ferro_proto::handshake::{
@@ -61,7 +61,12 @@ pub struct ListenComm {
 #[derive(Debug)]
 enum Resources {
     /// Connecting side: made before the TCP connect starts.
-    Sender { ep: Endpoint, mem: SenderMem },
+    /// `oversize`: what a send larger than its buffer does (the ABI version's rule).
+    Sender {
+        ep: Endpoint,
+        mem: SenderMem,
+        oversize: Oversize,
+    },
     /// Accepting side: made when the machine has checked the peer's `Connect`.
     Receiver {
         ep: Endpoint,
@@ -281,7 +286,7 @@ impl Setup {
     /// Either side: QPs to RTS against the peer's; the receiver also makes its flush QPs.
     fn connect_qps(&mut self, peer: &QpMeta) -> Result<()> {
         match &mut self.res {
-            Resources::Sender { ep, mem } => {
+            Resources::Sender { ep, mem, .. } => {
                 ep.connect_qps(peer)?;
                 mem.peer_sizes = (peer.mr_addr, peer_keys(peer));
             }
@@ -306,9 +311,10 @@ impl Setup {
     /// The comm's parts, with its protocol core.
     fn ready(&mut self) -> Result<Ready> {
         match std::mem::replace(&mut self.res, Resources::None) {
-            Resources::Sender { ep, mem } => {
+            Resources::Sender { ep, mem, oversize } => {
                 let mut core = SendCore::new(ep.layout);
                 configure_health(&mut core.health)?;
+                core.set_oversize(oversize);
                 Ok(Ready {
                     ep,
                     side: Side::Sender {
@@ -432,6 +438,7 @@ fn start_connect(
     dev_index: i32,
     h: &[u8; HANDLE_SIZE],
     traffic_class: Option<u8>,
+    oversize: Oversize,
     now: Duration,
 ) -> Result<Setup> {
     let dev = vnic::get(dev_index)?;
@@ -484,6 +491,7 @@ fn start_connect(
                 peer_sizes: (0, [0; MAX_DEVS]),
                 scratch: Mutex::new(SendScratch::default()),
             },
+            oversize,
         },
     })
 }
@@ -509,17 +517,20 @@ fn reap_abandoned_connects(now: Duration) {
 
 /// `connect`: starts or continues; `Ok(None)` means "call again". `traffic_class` (the
 /// communicator's, v10+) replaces `NCCL_IB_TC` for this connection's QPs; it is read when the
-/// connection starts (NCCL passes the same config on every retry).
+/// connection starts (NCCL passes the same config on every retry). `oversize` is what the
+/// comm does with a send larger than its buffer: the rule of the ABI version `connect` was
+/// called through (v7 refuses, later versions truncate).
 pub fn connect(
     dev_index: i32,
     h: &mut [u8; HANDLE_SIZE],
     traffic_class: Option<u8>,
+    oversize: Oversize,
 ) -> Result<Option<CommPtr>> {
     let now = now();
     reap_abandoned_connects(now);
     let token = handle::token(h);
     let mut p = if token == 0 {
-        start_connect(dev_index, h, traffic_class, now)?
+        start_connect(dev_index, h, traffic_class, oversize, now)?
     } else {
         connects().remove(&token).ok_or_else(|| {
             Error::Argument(format!("connect handle carries unknown progress token {token:#x}: the handle is corrupt or was reused"))

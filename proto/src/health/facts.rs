@@ -16,6 +16,22 @@ pub enum Socket {
     Gone(PeerGone),
 }
 
+/// What starts a failure notice on the out-of-band socket; the failure's text follows (UTF-8).
+pub const NOTICE_PREFIX: &[u8] = b"FERRO-FAILED ";
+
+/// A failure notice as it is written on the out-of-band socket.
+pub fn encode_notice(why: &str) -> Vec<u8> {
+    [NOTICE_PREFIX, why.as_bytes()].concat()
+}
+
+/// What bytes read from the out-of-band socket after the handshake say: a failure notice (its
+/// text) if they start like one, else nothing (anything else is ignored, as before notices).
+pub fn decode_notice(bytes: &[u8]) -> Option<String> {
+    bytes
+        .strip_prefix(NOTICE_PREFIX)
+        .map(|why| String::from_utf8_lossy(why).into_owned())
+}
+
 /// How the peer's out-of-band connection ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerGone {

@@ -274,3 +274,12 @@ fn a_peers_failure_notice_fails_the_comm_with_the_peers_words() {
         format!("{COMM}: the peer failed the comm: {why}; {PENDING}")
     );
 }
+
+#[test]
+fn a_failure_notice_round_trips_and_other_bytes_are_no_notice() {
+    use crate::health::facts::{decode_notice, encode_notice};
+    let why = "send of 11 bytes is larger than the receive buffer of 10 bytes";
+    assert_eq!(decode_notice(&encode_notice(why)).as_deref(), Some(why));
+    assert_eq!(decode_notice(b"hello"), None);
+    assert_eq!(decode_notice(b""), None);
+}
