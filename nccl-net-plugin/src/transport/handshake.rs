@@ -8,6 +8,7 @@
 //! `connect`'s progress under a token written into the handle, TCP keepalive, and turning a
 //! finished handshake into a [`Comm`]. Every call reads the clock once and passes it in.
 
+use super::access;
 use super::comm::{Comm, CommPtr, ReceiverMem, SendScratch, SenderMem, Side};
 use super::endpoint::{Endpoint, FlushQp, RegBuf};
 use super::objects::ObjectKind;
@@ -27,7 +28,6 @@ use ferro_proto::handshake::{
 use ferro_proto::plan::QpLayout;
 use ferro_proto::wire::QpMeta;
 use ferro_proto::{Keys, MAX_DEVS};
-use ferro_verbs::sys::*;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -264,12 +264,8 @@ impl Setup {
         let cfg = &plugin::get()?.config;
         let ep = Endpoint::new(self.dev, layout, cfg.traffic_class)?;
         let pds = ep.pds();
-        let cts_stage = RegBuf::new(&pds, FIFO_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
-        let sizes = RegBuf::new(
-            &pds,
-            SIZES_BYTES,
-            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-        )?;
+        let cts_stage = RegBuf::new(&pds, FIFO_BYTES, access::STAGING)?;
+        let sizes = RegBuf::new(&pds, SIZES_BYTES, access::PEER_WRITTEN)?;
         let local = local_side(&ep, &sizes);
         self.res = Resources::Receiver {
             ep,
@@ -466,12 +462,8 @@ fn start_connect(
     let tc = traffic_class.unwrap_or(cfg.traffic_class);
     let ep = Endpoint::new(dev, layout, tc)?;
     let pds = ep.pds();
-    let fifo = RegBuf::new(
-        &pds,
-        FIFO_BYTES,
-        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-    )?;
-    let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
+    let fifo = RegBuf::new(&pds, FIFO_BYTES, access::PEER_WRITTEN)?;
+    let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, access::STAGING)?;
     let machine = Handshake::connector(
         local_side(&ep, &fifo),
         handle::secret(h),

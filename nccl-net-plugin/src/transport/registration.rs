@@ -125,7 +125,7 @@ fn reg_members(
 }
 
 fn reg_access() -> u32 {
-    let base = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    let base = super::access::USER;
     let ro = plugin::get().is_ok_and(|p| p.relaxed_ordering);
     if ro {
         base | IBV_ACCESS_RELAXED_ORDERING
