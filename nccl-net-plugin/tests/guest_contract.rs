@@ -227,7 +227,8 @@ fn iflush_refuses_a_memory_handle_of_another_device_and_posts_nothing() {
     let mut rbuf = vec![0u8; len];
     let foreign = reg_buf(q.recv, &mut rbuf);
     let before = stats(p.recv);
-    let mut req: *mut c_void = 0x1 as *mut c_void;
+    // Garbage in `*request`: the call must overwrite it.
+    let mut req: *mut c_void = std::ptr::dangling_mut::<c_void>();
     let r = iflush_raw(p.recv, rbuf.as_mut_ptr(), len as c_int, foreign, &mut req);
     assert_eq!(r, ncclResult_t::InvalidUsage);
     assert!(req.is_null(), "*request is written NULL on the error");
