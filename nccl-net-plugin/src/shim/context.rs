@@ -140,9 +140,11 @@ mod tests {
         let p: *mut c_void = Box::into_raw(NetContext::new(0x7, None)).cast();
         // SAFETY: a pointer init would return, not yet finalized.
         let taken = unsafe { retire(p) }.expect("the first finalize takes the context");
-        // The box is kept alive, so `p` still points to the (poisoned) context: looking at it
-        // again is sound here, as it would not be after a real finalize.
-        // SAFETY: `p` points into `taken`, which is alive.
+        // Instead of freeing it, the test keeps the (poisoned) context alive, as a raw pointer
+        // again: looking at it a second time is sound here, as it would not be after a real
+        // finalize.
+        let p: *mut c_void = Box::into_raw(taken).cast();
+        // SAFETY: `p` points to a live NetContext.
         assert!(unsafe { NetContext::from_ptr(p) }.is_err());
         // SAFETY: as above.
         match unsafe { retire(p) } {
@@ -153,7 +155,8 @@ mod tests {
                 panic!("a second finalize of the same context was accepted");
             }
         }
-        drop(taken);
+        // SAFETY: from Box::into_raw above, freed once.
+        drop(unsafe { Box::from_raw(p.cast::<NetContext>()) });
     }
 
     #[test]

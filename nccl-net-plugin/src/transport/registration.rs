@@ -294,9 +294,11 @@ mod tests {
         let p: *mut core::ffi::c_void = Box::into_raw(h).cast();
         // SAFETY: a handle as the shim hands it out, not yet deregistered.
         let taken = unsafe { retire(p) }.expect("the first deregMr takes the handle");
-        // The box is kept alive, so `p` still points to the (poisoned) handle: looking at it
-        // again is sound here, as it would not be after a real deregMr.
-        // SAFETY: `p` points into `taken`, which is alive.
+        // Instead of freeing it, the test keeps the (poisoned) handle alive, as a raw pointer
+        // again: looking at it a second time is sound here, as it would not be after a real
+        // deregMr.
+        let p: *mut core::ffi::c_void = Box::into_raw(taken).cast();
+        // SAFETY: `p` points to a live MrHandle.
         assert!(unsafe { super::super::handles::mr_ref(p) }.is_err());
         // SAFETY: as above.
         match unsafe { retire(p) } {
@@ -307,7 +309,8 @@ mod tests {
                 panic!("a second deregMr of the same handle was accepted");
             }
         }
-        drop(taken);
+        // SAFETY: from Box::into_raw above, freed once.
+        drop(unsafe { Box::from_raw(p.cast::<MrHandle>()) });
     }
 
     #[test]
