@@ -74,18 +74,32 @@ pub(super) unsafe fn finalize(p: *mut c_void) -> Result<()> {
     if p.is_null() {
         return Ok(());
     }
-    // SAFETY: forwarded contract; checks the magic word.
-    unsafe { NetContext::from_ptr(p) }?;
-    // SAFETY: allocated by Box::into_raw in init; NCCL hands it back once.
-    let mut ctx = unsafe { Box::from_raw(p.cast::<NetContext>()) };
+    // SAFETY: forwarded contract.
+    let ctx = unsafe { retire(p) }?;
     crate::info!(
         NET,
         "network context for communicator {:#018x} finalized",
         ctx.comm_id
     );
-    ctx.magic = FREED_MAGIC;
     drop(ctx);
     Ok(())
+}
+
+/// Takes a context back from NCCL: checks its magic word, overwrites it with `FREED_MAGIC` by a
+/// volatile write (a plain store right before the free may be dropped by the compiler), and
+/// returns the box to free. A later use of the dangling pointer, such as a second `finalize`, is
+/// then likely caught by the magic check (still undefined behaviour; NCCL never does it).
+///
+/// # Safety
+/// `p` is a non-NULL pointer `init` returned that NCCL never uses again.
+unsafe fn retire(p: *mut c_void) -> Result<Box<NetContext>> {
+    // SAFETY: forwarded contract; checks the magic word.
+    unsafe { NetContext::from_ptr(p) }?;
+    // SAFETY: `p` is a live NetContext (checked above); `magic` is a field of it, written
+    // through a raw pointer to it (no reference to the context is alive here).
+    unsafe { core::ptr::addr_of_mut!((*p.cast::<NetContext>()).magic).write_volatile(FREED_MAGIC) };
+    // SAFETY: allocated by Box::into_raw in init; NCCL hands it back once.
+    Ok(unsafe { Box::from_raw(p.cast::<NetContext>()) })
 }
 
 #[cfg(test)]
@@ -119,6 +133,30 @@ mod tests {
         assert_eq!(*c.attr.lock().unwrap(), Some(attr));
         // SAFETY: finalized once, never used again.
         unsafe { finalize(p) }.expect("finalize");
+    }
+
+    #[test]
+    fn a_finalized_context_is_poisoned_so_a_second_finalize_is_refused() {
+        let p: *mut c_void = Box::into_raw(NetContext::new(0x7, None)).cast();
+        // SAFETY: a pointer init would return, not yet finalized.
+        let taken = unsafe { retire(p) }.expect("the first finalize takes the context");
+        // Instead of freeing it, the test keeps the (poisoned) context alive, as a raw pointer
+        // again: looking at it a second time is sound here, as it would not be after a real
+        // finalize.
+        let p: *mut c_void = Box::into_raw(taken).cast();
+        // SAFETY: `p` points to a live NetContext.
+        assert!(unsafe { NetContext::from_ptr(p) }.is_err());
+        // SAFETY: as above.
+        match unsafe { retire(p) } {
+            Err(e) => assert!(e.to_string().contains("finalized"), "{e}"),
+            Ok(again) => {
+                // Never free the same box twice, even when the test fails.
+                std::mem::forget(again);
+                panic!("a second finalize of the same context was accepted");
+            }
+        }
+        // SAFETY: from Box::into_raw above, freed once.
+        drop(unsafe { Box::from_raw(p.cast::<NetContext>()) });
     }
 
     #[test]

@@ -16,6 +16,7 @@ use ferro_ffi::{
     NCCL_NET_OPTIONAL_RECV_COMPLETION, ncclDebugLogger_t, ncclNetDeviceHandle_v7_t,
     ncclProfilerCallback_t,
 };
+use ferro_proto::comm::send::Oversize;
 use ferro_proto::handle::HANDLE_SIZE;
 
 fn drop_hook(msg: &str) {
@@ -121,14 +122,20 @@ fn check_fits(c: &transport::Comm, m: Option<&transport::MrHandle>) -> Result<()
     }
 }
 
-/// Writes NULL to `*request` before anything can fail, so that every return, an error included,
-/// leaves it written (NULL: no request), as the contract asks; success overwrites it. A NULL
-/// `request` is left for the call to refuse.
-fn clear_request(request: *mut *mut c_void) {
-    if !request.is_null() {
-        // SAFETY: non-NULL; NCCL passes a valid, aligned out-pointer for the request.
-        unsafe { request.write(core::ptr::null_mut()) };
+/// The first step of `isend`, `irecv` and `iflush`, before anything else happens: refuses a
+/// NULL `request` (nothing is matched or posted, so no request slot is taken and no data is in
+/// flight behind an error), then writes NULL to `*request`, so that every later return, an
+/// error included, leaves it written (NULL: no request), as the contract asks; success
+/// overwrites it.
+fn clear_request(call: &str, request: *mut *mut c_void) -> Result<()> {
+    if request.is_null() {
+        return Err(Error::Usage(format!(
+            "{call} with request NULL; nothing was posted"
+        )));
     }
+    // SAFETY: non-NULL; NCCL passes a valid, aligned out-pointer for the request.
+    unsafe { request.write(core::ptr::null_mut()) };
+    Ok(())
 }
 
 fn handle_mut<'a>(handle: *mut c_void) -> Result<&'a mut [u8; HANDLE_SIZE]> {
@@ -160,9 +167,12 @@ pub(super) fn traffic_class(tc: c_int) -> Result<Option<u8>> {
     }
 }
 
+/// `connect`. `oversize` is the rule of the table's version for a send larger than the
+/// posted receive (v7 refuses it, v8+ truncate it).
 pub(super) fn connect(
     dev: c_int,
     traffic_class: Option<u8>,
+    oversize: Oversize,
     handle: *mut c_void,
     send_comm: *mut *mut c_void,
     send_dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
@@ -173,7 +183,7 @@ pub(super) fn connect(
     if !send_dev_comm.is_null() {
         out("sendDevComm", send_dev_comm, core::ptr::null_mut())?;
     }
-    let c = transport::connect(dev, handle_mut(handle)?, traffic_class)?;
+    let c = transport::connect(dev, handle_mut(handle)?, traffic_class, oversize)?;
     out(
         "sendComm",
         send_comm,
@@ -251,7 +261,7 @@ pub(super) fn isend<S: SizeArg>(
     phandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> Result<()> {
-    clear_request(request);
+    clear_request("isend", request)?;
     // SAFETY: NCCL passes a comm of ours (checked by its magic).
     let c = unsafe { transport::comm_ref(send_comm) }?;
     // SAFETY: NCCL passes NULL or an mhandle of ours (checked by its magic).
@@ -280,10 +290,7 @@ pub(super) fn irecv<S: SizeArg>(
     request: *mut *mut c_void,
 ) -> Result<()> {
     const _: () = assert!(NCCL_NET_OPTIONAL_RECV_COMPLETION != 0);
-    if request.is_null() {
-        return Err(Error::Usage("request is NULL".into()));
-    }
-    clear_request(request);
+    clear_request("irecv", request)?;
     // SAFETY: NCCL passes a comm of ours (checked by its magic).
     let c = unsafe { transport::comm_ref(recv_comm) }?;
     let n = usize::try_from(n)
@@ -348,7 +355,7 @@ pub(super) fn iflush(
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> Result<()> {
-    clear_request(request);
+    clear_request("iflush", request)?;
     // SAFETY: NCCL passes a comm of ours (checked by its magic).
     let c = unsafe { transport::comm_ref(recv_comm) }?;
     let n = usize::try_from(n)
@@ -369,6 +376,7 @@ pub(super) fn iflush(
         let (d, s, m) = unsafe { (*data.add(i), *sizes.add(i), *mhandles.add(i)) };
         // SAFETY: NULL or an mhandle of ours (checked by its magic).
         let m = unsafe { transport::mr_ref(m) }?;
+        check_fits(c, m)?;
         // The sizes `test` reported (INT_MAX for a larger receive): a flush only needs to know
         // which buffers are not empty.
         *buf = (d as u64, u32::try_from(s).unwrap_or(0), m);

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::transport::ObjectKind;
 use ::core::ffi::{c_int, c_void};
 use ferro_ffi::*;
+use ferro_proto::comm::send::Oversize;
 
 // ---- entries shared by every version -------------------------------------------------------
 
@@ -134,7 +135,34 @@ unsafe extern "C" fn connect(
     send_dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> ncclResult_t {
     boundary("connect", || {
-        core::connect(dev, None, handle, send_comm, send_dev_comm)
+        core::connect(
+            dev,
+            None,
+            Oversize::Truncate,
+            handle,
+            send_comm,
+            send_dev_comm,
+        )
+    })
+}
+
+/// v7 (NCCL 2.19): its comms refuse a send larger than the posted receive, as 2.19's IB
+/// transport did (v8+ truncate it).
+unsafe extern "C" fn connect_v7(
+    dev: c_int,
+    handle: *mut c_void,
+    send_comm: *mut *mut c_void,
+    send_dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
+) -> ncclResult_t {
+    boundary("connect", || {
+        core::connect(
+            dev,
+            None,
+            Oversize::Refuse,
+            handle,
+            send_comm,
+            send_dev_comm,
+        )
     })
 }
 
@@ -257,7 +285,14 @@ unsafe extern "C" fn connect_v10(
 ) -> ncclResult_t {
     boundary("connect", || {
         let tc = config_traffic_class(config)?;
-        core::connect(dev, tc, handle, send_comm, send_dev_comm)
+        core::connect(
+            dev,
+            tc,
+            Oversize::Truncate,
+            handle,
+            send_comm,
+            send_dev_comm,
+        )
     })
 }
 
@@ -309,7 +344,14 @@ unsafe extern "C" fn connect_v11(
     boundary("connect", || {
         // SAFETY: NCCL passes the context init returned for this communicator (magic-checked).
         let c = unsafe { NetContext::from_ptr(ctx) }?;
-        core::connect(dev, c.traffic_class, handle, send_comm, send_dev_comm)
+        core::connect(
+            dev,
+            c.traffic_class,
+            Oversize::Truncate,
+            handle,
+            send_comm,
+            send_dev_comm,
+        )
     })
 }
 
@@ -410,7 +452,7 @@ pub(crate) const TABLE_V7: ncclNet_v7_t = ncclNet_v7_t {
     devices: Some(devices),
     getProperties: Some(get_properties_v7),
     listen: Some(listen),
-    connect: Some(connect),
+    connect: Some(connect_v7),
     accept: Some(accept),
     regMr: Some(reg_mr::<c_int>),
     regMrDmaBuf: Some(reg_mr_dma_buf),

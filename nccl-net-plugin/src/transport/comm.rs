@@ -173,6 +173,13 @@ pub(super) fn failure_error(f: Failure) -> Error {
     }
 }
 
+/// A QP's access flags as the kernel reports them.
+fn access_flags(qp: &ferro_verbs::Qp) -> Result<u32> {
+    qp.query(ferro_verbs::sys::IBV_QP_ACCESS_FLAGS)
+        .map(|a| a.qp_access_flags)
+        .map_err(|e| Error::System(e.to_string()))
+}
+
 impl Comm {
     /// The (virtual) device this comm's QPs are on.
     pub fn device(&self) -> &'static crate::vnic::VDevice {
@@ -206,6 +213,21 @@ impl Comm {
                     .map_err(|e| Error::System(e.to_string()))
             })
             .collect()
+    }
+
+    /// The access flags (`qp_access_flags`) of the comm's data QPs, as the kernel reports them
+    /// back: what the peer may do through each to this side's memory.
+    pub fn qp_access_flags(&self) -> Result<Vec<u32>> {
+        self.ep.qps.iter().map(access_flags).collect()
+    }
+
+    /// The access flags of a receive comm's flush QPs, one per member device (empty: the comm
+    /// does not flush, or is a send comm).
+    pub fn flush_qp_access_flags(&self) -> Result<Vec<u32>> {
+        match &self.side {
+            Side::Receiver { flush, .. } => flush.iter().map(|f| access_flags(&f.qp)).collect(),
+            Side::Sender { .. } => Ok(Vec::new()),
+        }
     }
 
     /// The numbers of the comm's data QPs, by QP index (named in profiler events).

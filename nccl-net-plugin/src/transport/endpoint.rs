@@ -3,6 +3,7 @@
 //! the peer's, the loopback QPs used for flushes, and the small registered host buffers the
 //! protocol keeps (FIFOs, sizes, flush landing), registered on every member.
 
+use super::access;
 use crate::error::{Error, Result};
 use crate::events::{self, DeviceEvents};
 use crate::plugin::{self, NetDevice};
@@ -93,11 +94,7 @@ impl Endpoint {
         for q in 0..layout.nqps {
             let rail = &rails[layout.local_dev(q)];
             let qp = Qp::new_rc(&rail.pd, &rail.cq, &rail.cq, caps)?;
-            to_init(
-                &qp,
-                rail.dev,
-                IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE,
-            )?;
+            to_init(&qp, rail.dev, access::DATA_QP)?;
             qps.push(qp);
         }
         Ok(Endpoint {
@@ -253,9 +250,9 @@ impl Endpoint {
             .iter()
             .map(|r| {
                 let qp = Qp::new_rc(&r.pd, &r.cq, &r.cq, caps)?;
-                to_init(&qp, r.dev, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE)?;
+                to_init(&qp, r.dev, access::FLUSH_QP)?;
                 self.connect_qp(&qp, r.dev, qp.qpn(), &dev_meta(r.dev, 0))?;
-                let buf = RegBuf::new(std::slice::from_ref(&r.pd), 4, IBV_ACCESS_LOCAL_WRITE)?;
+                let buf = RegBuf::new(std::slice::from_ref(&r.pd), 4, access::FLUSH_LANDING)?;
                 Ok(FlushQp { qp, buf })
             })
             .collect()

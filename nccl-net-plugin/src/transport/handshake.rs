@@ -8,6 +8,7 @@
 //! `connect`'s progress under a token written into the handle, TCP keepalive, and turning a
 //! finished handshake into a [`Comm`]. Every call reads the clock once and passes it in.
 
+use super::access;
 use super::comm::{Comm, CommPtr, ReceiverMem, SendScratch, SenderMem, Side};
 use super::endpoint::{Endpoint, FlushQp, RegBuf};
 use super::objects::ObjectKind;
@@ -18,7 +19,7 @@ use crate::{info, oob, warn};
 use ferro_ffi::log_flags::{INIT, NET};
 use ferro_proto::comm::CommHealth;
 use ferro_proto::comm::recv::RecvCore;
-use ferro_proto::comm::send::SendCore;
+use ferro_proto::comm::send::{Oversize, SendCore};
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::handle::{self, HANDLE_SIZE, SECRET_SIZE};
 use ferro_proto::handshake::{
@@ -27,7 +28,6 @@ use ferro_proto::handshake::{
 use ferro_proto::plan::QpLayout;
 use ferro_proto::wire::QpMeta;
 use ferro_proto::{Keys, MAX_DEVS};
-use ferro_verbs::sys::*;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -61,7 +61,12 @@ pub struct ListenComm {
 #[derive(Debug)]
 enum Resources {
     /// Connecting side: made before the TCP connect starts.
-    Sender { ep: Endpoint, mem: SenderMem },
+    /// `oversize`: what a send larger than its buffer does (the ABI version's rule).
+    Sender {
+        ep: Endpoint,
+        mem: SenderMem,
+        oversize: Oversize,
+    },
     /// Accepting side: made when the machine has checked the peer's `Connect`.
     Receiver {
         ep: Endpoint,
@@ -259,12 +264,8 @@ impl Setup {
         let cfg = &plugin::get()?.config;
         let ep = Endpoint::new(self.dev, layout, cfg.traffic_class)?;
         let pds = ep.pds();
-        let cts_stage = RegBuf::new(&pds, FIFO_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
-        let sizes = RegBuf::new(
-            &pds,
-            SIZES_BYTES,
-            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-        )?;
+        let cts_stage = RegBuf::new(&pds, FIFO_BYTES, access::STAGING)?;
+        let sizes = RegBuf::new(&pds, SIZES_BYTES, access::PEER_WRITTEN)?;
         let local = local_side(&ep, &sizes);
         self.res = Resources::Receiver {
             ep,
@@ -281,7 +282,7 @@ impl Setup {
     /// Either side: QPs to RTS against the peer's; the receiver also makes its flush QPs.
     fn connect_qps(&mut self, peer: &QpMeta) -> Result<()> {
         match &mut self.res {
-            Resources::Sender { ep, mem } => {
+            Resources::Sender { ep, mem, .. } => {
                 ep.connect_qps(peer)?;
                 mem.peer_sizes = (peer.mr_addr, peer_keys(peer));
             }
@@ -306,9 +307,10 @@ impl Setup {
     /// The comm's parts, with its protocol core.
     fn ready(&mut self) -> Result<Ready> {
         match std::mem::replace(&mut self.res, Resources::None) {
-            Resources::Sender { ep, mem } => {
+            Resources::Sender { ep, mem, oversize } => {
                 let mut core = SendCore::new(ep.layout);
                 configure_health(&mut core.health)?;
+                core.set_oversize(oversize);
                 Ok(Ready {
                     ep,
                     side: Side::Sender {
@@ -432,6 +434,7 @@ fn start_connect(
     dev_index: i32,
     h: &[u8; HANDLE_SIZE],
     traffic_class: Option<u8>,
+    oversize: Oversize,
     now: Duration,
 ) -> Result<Setup> {
     let dev = vnic::get(dev_index)?;
@@ -459,12 +462,8 @@ fn start_connect(
     let tc = traffic_class.unwrap_or(cfg.traffic_class);
     let ep = Endpoint::new(dev, layout, tc)?;
     let pds = ep.pds();
-    let fifo = RegBuf::new(
-        &pds,
-        FIFO_BYTES,
-        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-    )?;
-    let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, IBV_ACCESS_LOCAL_WRITE)?;
+    let fifo = RegBuf::new(&pds, FIFO_BYTES, access::PEER_WRITTEN)?;
+    let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, access::STAGING)?;
     let machine = Handshake::connector(
         local_side(&ep, &fifo),
         handle::secret(h),
@@ -484,6 +483,7 @@ fn start_connect(
                 peer_sizes: (0, [0; MAX_DEVS]),
                 scratch: Mutex::new(SendScratch::default()),
             },
+            oversize,
         },
     })
 }
@@ -509,17 +509,20 @@ fn reap_abandoned_connects(now: Duration) {
 
 /// `connect`: starts or continues; `Ok(None)` means "call again". `traffic_class` (the
 /// communicator's, v10+) replaces `NCCL_IB_TC` for this connection's QPs; it is read when the
-/// connection starts (NCCL passes the same config on every retry).
+/// connection starts (NCCL passes the same config on every retry). `oversize` is what the
+/// comm does with a send larger than its buffer: the rule of the ABI version `connect` was
+/// called through (v7 refuses, later versions truncate).
 pub fn connect(
     dev_index: i32,
     h: &mut [u8; HANDLE_SIZE],
     traffic_class: Option<u8>,
+    oversize: Oversize,
 ) -> Result<Option<CommPtr>> {
     let now = now();
     reap_abandoned_connects(now);
     let token = handle::token(h);
     let mut p = if token == 0 {
-        start_connect(dev_index, h, traffic_class, now)?
+        start_connect(dev_index, h, traffic_class, oversize, now)?
     } else {
         connects().remove(&token).ok_or_else(|| {
             Error::Argument(format!("connect handle carries unknown progress token {token:#x}: the handle is corrupt or was reused"))

@@ -11,11 +11,13 @@
 //! - [`cts`]: the coalesced clear-to-send writes, and the list of receive comms that lets any
 //!   waiting call write out entries another comm holds staged;
 //! - [`registration`]: `regMr`, `regMrDmaBuf`, `deregMr` through the registration cache;
-//! - [`handles`]: the objects NCCL holds as `void*`, their magic words, and `close`.
+//! - [`handles`]: the objects NCCL holds as `void*`, their magic words, and `close`;
+//! - [`access`]: who may do what to which memory (the access of every QP and registration).
 //!
 //! Every function here is non-blocking: `connect`/`accept` return `None` until the connection is
 //! ready, `isend`/`irecv` return no request when they must wait (NCCL calls again).
 
+mod access;
 mod comm;
 mod cts;
 mod endpoint;

@@ -15,7 +15,7 @@ use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::comm::{CommHealth, CoreError, Done};
 use ferro_proto::fifo;
-use ferro_proto::health::{FailedCompletion, Look, PeerGone, Socket, Verdict, verdict};
+use ferro_proto::health::{FailedCompletion, Look, PeerGone, Socket, Verdict, facts, verdict};
 use ferro_verbs::sys::*;
 use std::io::{ErrorKind, Read};
 use std::sync::OnceLock;
@@ -27,6 +27,8 @@ pub(super) trait CoreOps {
     /// "send" or "receive", for messages.
     const SIDE: &'static str;
     fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
+    /// `take_done`, else the comm's failure (`ferro_proto::comm::test_outcome`).
+    fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
     fn health(&self) -> &CommHealth;
     fn health_mut(&mut self) -> &mut CommHealth;
     fn is_waiting(&self) -> bool;
@@ -39,6 +41,9 @@ macro_rules! core_ops {
             const SIDE: &'static str = $side;
             fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
                 <$t>::take_done(self, req)
+            }
+            fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
+                <$t>::test(self, req)
             }
             fn health(&self) -> &CommHealth {
                 &self.health
@@ -161,13 +166,17 @@ impl Comm {
         }
     }
 
-    /// Reads the out-of-band socket. Nothing is expected on it after the handshake: only its
-    /// end (closed, reset, timed out) is a fact.
+    /// Reads the out-of-band socket. After the handshake the only bytes on it are the peer's
+    /// failure notice (`ferro_proto::health::facts::decode_notice`); otherwise only its end
+    /// (closed, reset, timed out) is a fact.
     fn socket(&self) -> Socket {
-        let mut b = [0u8; 64];
+        let mut b = [0u8; 1024];
         match (&self.sock).read(&mut b) {
             Ok(0) => Socket::Gone(PeerGone::Closed),
-            Ok(_) => Socket::Quiet, // nothing is expected after the handshake; ignore
+            Ok(n) => match facts::decode_notice(&b[..n]) {
+                Some(why) => Socket::Gone(PeerGone::Failed(why)),
+                None => Socket::Quiet, // nothing else is expected after the handshake; ignore
+            },
             Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
                 Socket::Quiet
             }
@@ -259,10 +268,9 @@ impl Comm {
             return Ok(Some(d));
         }
         self.on_wait(core, on_wc);
-        match core.health().failure() {
-            Some(f) => Err(failure_error(f.clone())),
-            None => Ok(None),
-        }
+        // The look may have polled once more before failing the comm: a request that poll
+        // completed is done; only one still pending gets the failure.
+        core.test(idx).map_err(|e| self.core_error(e))
     }
 
     /// `test`: `Some` when the request is done (it is then freed).

@@ -4,7 +4,7 @@
 //! registration per member device (each through that device's cache and protection domain).
 
 use super::comm::Comm;
-use super::objects::{ObjectKind, magic_of};
+use super::objects::{CLOSED_MAGIC, ObjectKind, magic_of};
 use crate::error::{Error, Result};
 use crate::plugin::{self, NetDevice};
 use ferro_proto::Keys;
@@ -125,7 +125,7 @@ fn reg_members(
 }
 
 fn reg_access() -> u32 {
-    let base = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    let base = super::access::USER;
     let ro = plugin::get().is_ok_and(|p| p.relaxed_ordering);
     if ro {
         base | IBV_ACCESS_RELAXED_ORDERING
@@ -248,13 +248,7 @@ pub fn reg_mr_dmabuf(
 /// `p` must be NULL or an `mhandle` returned by `regMr`/`regMrDmaBuf`, not yet deregistered.
 pub unsafe fn dereg_mr(p: *mut core::ffi::c_void) -> Result<()> {
     // SAFETY: forwarded contract.
-    if unsafe { magic_of(p) } != Some(ObjectKind::MemHandle.magic()) {
-        return Err(Error::Usage(
-            "deregMr of a pointer that is not a memory handle of this plugin".into(),
-        ));
-    }
-    // SAFETY: allocated by Box::into_raw in the shim; deregMr ends its life exactly once.
-    let h = unsafe { Box::from_raw(p.cast::<MrHandle>()) };
+    let h = unsafe { retire(p) }?;
     let MrHandle { members, .. } = *h;
     let mut first_err = Ok(());
     for m in members {
@@ -265,9 +259,59 @@ pub unsafe fn dereg_mr(p: *mut core::ffi::c_void) -> Result<()> {
     first_err
 }
 
+/// Takes a memory handle back from NCCL: checks its magic word, overwrites it with
+/// [`CLOSED_MAGIC`] by a volatile write (which the compiler may not drop, though the memory is
+/// freed right after), and returns the box to free. A later use of the dangling pointer, such as
+/// a second `deregMr`, is then likely caught by the magic check (it is still undefined
+/// behaviour; NCCL never does it).
+///
+/// # Safety
+/// As [`dereg_mr`].
+unsafe fn retire(p: *mut core::ffi::c_void) -> Result<Box<MrHandle>> {
+    // SAFETY: forwarded contract.
+    if unsafe { magic_of(p) } != Some(ObjectKind::MemHandle.magic()) {
+        return Err(Error::Usage(
+            "deregMr of a pointer that is not a memory handle of this plugin (or one already deregistered)".into(),
+        ));
+    }
+    // SAFETY: the magic says `p` is a live MrHandle, whose first field is the u64 magic word.
+    unsafe { p.cast::<u64>().write_volatile(CLOSED_MAGIC) };
+    // SAFETY: allocated by Box::into_raw in the shim; deregMr ends its life exactly once.
+    Ok(unsafe { Box::from_raw(p.cast::<MrHandle>()) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deregistered_handle_is_poisoned_so_a_second_dereg_is_refused() {
+        let h = Box::new(MrHandle {
+            magic: ObjectKind::MemHandle.magic(),
+            members: Vec::new(),
+            kind: MemKind::Host,
+        });
+        let p: *mut core::ffi::c_void = Box::into_raw(h).cast();
+        // SAFETY: a handle as the shim hands it out, not yet deregistered.
+        let taken = unsafe { retire(p) }.expect("the first deregMr takes the handle");
+        // Instead of freeing it, the test keeps the (poisoned) handle alive, as a raw pointer
+        // again: looking at it a second time is sound here, as it would not be after a real
+        // deregMr.
+        let p: *mut core::ffi::c_void = Box::into_raw(taken).cast();
+        // SAFETY: `p` points to a live MrHandle.
+        assert!(unsafe { super::super::handles::mr_ref(p) }.is_err());
+        // SAFETY: as above.
+        match unsafe { retire(p) } {
+            Err(e) => assert!(e.to_string().contains("already deregistered"), "{e}"),
+            Ok(again) => {
+                // Never free the same box twice, even when the test fails.
+                std::mem::forget(again);
+                panic!("a second deregMr of the same handle was accepted");
+            }
+        }
+        // SAFETY: from Box::into_raw above, freed once.
+        drop(unsafe { Box::from_raw(p.cast::<MrHandle>()) });
+    }
 
     #[test]
     fn a_dmabuf_range_is_widened_to_its_page_when_the_fd_reaches_back_that_far() {

@@ -8,9 +8,9 @@ use crate::error::{Error, Result};
 use crate::info;
 use crate::profiler::Phandles;
 use ferro_ffi::log_flags::NET;
-use ferro_proto::comm::Failure;
 use ferro_proto::comm::send::{ReadyGroup, SendStep};
 use ferro_proto::comm::wr_id::WrId;
+use ferro_proto::comm::{CoreError, Failure};
 use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE};
 use ferro_proto::plan::{self, SizesSlot};
 use ferro_verbs::{RemoteAddr, SendChain, SendFlags, Sge};
@@ -39,6 +39,7 @@ impl Comm {
             }
         };
         let mut core = self.lock(core)?;
+        let failed_before = core.health.failure().is_some();
         let step = core
             .isend(tag, size, data, lkeys, |seq, i| {
                 let e = CtsEntry::decode(
@@ -49,7 +50,14 @@ impl Comm {
                 fence(Ordering::Acquire);
                 e
             })
-            .map_err(|e| self.core_error(e))?;
+            .map_err(|e| {
+                if let (false, CoreError::Failed(f)) = (failed_before, &e) {
+                    // The comm failed here (a v7 comm refusing an oversized send): the
+                    // receiver learns why from its next periodic look.
+                    self.notify_peer(f);
+                }
+                self.core_error(e)
+            })?;
         if let Some(t) = core.take_truncation_note() {
             info!(
                 NET,
@@ -90,6 +98,23 @@ impl Comm {
                 Ok(Some(self.req_ptr(req)))
             }
         }
+    }
+
+    /// Tells the peer why this end failed: the failure notice on the out-of-band socket, then
+    /// the end of what this side writes on it. The socket is non-blocking and the notice far
+    /// smaller than its buffer; if it cannot be written, the peer still sees the comm end
+    /// when it is closed.
+    fn notify_peer(&self, f: &Failure) {
+        use std::io::Write;
+        let notice = ferro_proto::health::facts::encode_notice(&f.message);
+        if let Err(e) = (&self.sock).write_all(&notice) {
+            crate::warn!(
+                NET,
+                "{}: could not tell the peer why the comm failed: {e}",
+                self.describe()
+            );
+        }
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
     }
 
     /// Writes a complete group: its sizes into the staging slot, then every write of the plan,

@@ -87,3 +87,15 @@ impl From<Failure> for CoreError {
         CoreError::Failed(f)
     }
 }
+
+/// What `test` reports for a request after the comm's last poll, given what `take_done` found:
+/// a request whose completion was polled is done, with its sizes, even when the comm failed
+/// afterwards (a failure found by a periodic look polls once more first, so work that
+/// completed before the fault still counts); only a request still pending gets the comm's
+/// failure; otherwise it is not done yet.
+pub fn test_outcome(taken: Option<Done>, health: &CommHealth) -> Result<Option<Done>, CoreError> {
+    match taken {
+        Some(d) => Ok(Some(d)),
+        None => health.check().map(|()| None).map_err(CoreError::Failed),
+    }
+}

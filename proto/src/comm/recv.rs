@@ -367,6 +367,14 @@ impl RecvCore {
         Ok(done)
     }
 
+    /// `test` of request `req` after the last poll ([`super::test_outcome`]): done (and freed)
+    /// if its completion was polled, even once the comm failed; else the comm's failure, if
+    /// any; else not done yet.
+    pub fn test(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
+        let taken = self.take_done(req)?;
+        super::test_outcome(taken, &self.health)
+    }
+
     /// Whether the comm waits on its peer: receives or flushes outstanding.
     pub fn is_waiting(&self) -> bool {
         self.posted > 0 || self.reqs.in_flight() > 0
@@ -444,6 +452,32 @@ mod tests {
         c.handle_completion(first.recv_wr_id(), 5, |_, _| unreachable!());
         assert_eq!(c.take_done(first.req), Ok(Some(Done::one(5))));
         assert!(matches!(c.irecv(&bufs(1)), Ok(RecvStep::Post(_))));
+    }
+
+    #[test]
+    fn a_receive_completed_by_the_last_poll_before_a_failure_is_reported_done() {
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
+        let polled = post(&mut c, 1);
+        let pending = post(&mut c, 1);
+        // The periodic look found the peer gone: the last poll delivers the first completion,
+        // then the comm fails.
+        c.handle_completion(polled.recv_wr_id(), 48, |_, _| unreachable!());
+        let f = crate::comm::Failure::remote("peer closed the connection");
+        c.health.fail(f.clone());
+        assert_eq!(c.test(polled.req), Ok(Some(Done::one(48))));
+        assert_eq!(c.test(pending.req), Err(CoreError::Failed(f)));
+        assert_eq!(
+            c.test(polled.req),
+            Err(CoreError::NotInFlight { idx: polled.req }),
+            "reported once, then freed"
+        );
+    }
+
+    #[test]
+    fn a_pending_receive_of_a_live_comm_is_not_done_yet() {
+        let mut c = RecvCore::new(QpLayout::one_device(1, false));
+        let p = post(&mut c, 1);
+        assert_eq!(c.test(p.req), Ok(None));
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //!   send whose tag has no untaken entry left belongs to a later group (NCCL's per-tag senders
 //!   run ahead of each other): it is answered with a retry, never an error.
 //! - A send larger than its buffer is truncated to the buffer's size, and both sides report the
-//!   bytes actually placed, as NCCL's own IB transport does since 2.20.
+//!   bytes actually placed, as NCCL's own IB transport does since 2.20; a comm made through the
+//!   v7 table (NCCL 2.19, whose IB transport refused such a send) refuses it instead
+//!   ([`Oversize`]): the comm fails with an error naming both sizes.
 //! - When every entry of the head group is taken, the group is handed to the transport to be
 //!   written, and the next group becomes the head.
 //! - The in-flight bookkeeping of slot `k % SLOTS` is reused for group `k + SLOTS` only once
@@ -17,7 +19,7 @@
 
 use super::requests::RequestTable;
 use super::wr_id::WrId;
-use super::{CommHealth, CoreError, Done};
+use super::{CommHealth, CoreError, Done, Failure};
 use crate::Keys;
 use crate::fifo::{self, CtsEntry};
 use crate::plan::{QpLayout, SendItem};
@@ -47,6 +49,17 @@ pub enum SendStep {
     Matched { req: u32 },
     /// The send is matched and completes its group: write [`SendCore::ready_group`] now.
     Post { req: u32 },
+}
+
+/// What a send larger than the buffer it matched does: the ABI version the comm was made through
+/// decides (NCCL 2.19 refused it, 2.20 and later truncate it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Oversize {
+    /// Truncated to the buffer; both sides report the bytes placed (v8+).
+    #[default]
+    Truncate,
+    /// Refused: the comm fails with a usage error naming both sizes, nothing is written (v7).
+    Refuse,
 }
 
 /// A send that was larger than the buffer it matched (it is truncated to the buffer).
@@ -139,6 +152,8 @@ pub struct SendCore {
     pub health: CommHealth,
     /// The comm's first truncation, until the transport has reported it.
     truncation_note: Option<Truncation>,
+    /// What a send larger than its buffer does.
+    oversize: Oversize,
     /// Why the last `isend` was answered with a retry (`None` once a send was matched again).
     last_wait: Option<SendWait>,
 }
@@ -161,8 +176,14 @@ impl SendCore {
             inflight: [InFlight::default(); SLOTS],
             health: CommHealth::default(),
             truncation_note: None,
+            oversize: Oversize::Truncate,
             last_wait: None,
         }
+    }
+
+    /// Sets what a send larger than its buffer does (given when the comm is created).
+    pub fn set_oversize(&mut self, oversize: Oversize) {
+        self.oversize = oversize;
     }
 
     /// The sequence number of the head group (the next one sends will fill).
@@ -195,6 +216,12 @@ impl SendCore {
             return Ok(self.retry(SendWait::TagAhead { tag, seq }));
         };
         let (gseq, capacity) = (g.seq, g.entries[i].size);
+        if size > capacity && self.oversize == Oversize::Refuse {
+            let f = Failure::usage(format!(
+                "send of {size} bytes (tag {tag}) is larger than the receive buffer of {capacity} bytes it matched (receive #{gseq}): a comm of ABI v7 refuses it, as NCCL 2.19 did; nothing was sent"
+            ));
+            return Err(CoreError::Failed(self.health.fail(f).clone()));
+        }
         let size = if size > capacity {
             self.health.counters.truncated += 1;
             if self.health.counters.truncated == 1 {
@@ -318,6 +345,14 @@ impl SendCore {
         }
         self.reqs.release(req);
         Ok(Some(Done::one(s.size)))
+    }
+
+    /// `test` of request `req` after the last poll ([`super::test_outcome`]): done (and freed)
+    /// if its completion was polled, even once the comm failed; else the comm's failure, if
+    /// any; else not done yet.
+    pub fn test(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
+        let taken = self.take_done(req)?;
+        super::test_outcome(taken, &self.health)
     }
 
     /// Whether the comm waits on its peer: sends in flight, or the last `isend` was retried.
@@ -470,6 +505,61 @@ mod tests {
         let sizes: Vec<u32> = g.items().iter().map(|i| i.size).collect();
         assert_eq!(remote, vec![0x1000_0000, 0x1001_0000, 0x1002_0000]);
         assert_eq!(sizes, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_send_completed_by_the_last_poll_before_a_failure_is_reported_done() {
+        let fifo = Fifo {
+            groups: vec![vec![(0, 64)], vec![(0, 64)]],
+        };
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
+        let SendStep::Post { req: first } = send(&mut c, &fifo, 0, 40) else {
+            panic!("first group posts")
+        };
+        let g = owned(&c);
+        let SendStep::Post { req: second } = send(&mut c, &fifo, 0, 8) else {
+            panic!("second group posts")
+        };
+        c.handle_completion(WrId::Send { seq: g.seq }.encode());
+        let f = Failure::remote("peer closed the connection");
+        c.health.fail(f.clone());
+        assert_eq!(c.test(first), Ok(Some(Done::one(40))));
+        assert_eq!(c.test(second), Err(CoreError::Failed(f)));
+    }
+
+    #[test]
+    fn a_v7_comm_refuses_a_send_larger_than_its_buffer_naming_both_sizes() {
+        let fifo = Fifo {
+            groups: vec![vec![(0, 10)]],
+        };
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
+        c.set_oversize(Oversize::Refuse);
+        let r = c.isend(0, 11, 0x42, [1; crate::MAX_DEVS], |s, i| fifo.read(s, i));
+        let Err(CoreError::Failed(f)) = r else {
+            panic!("expected a refusal, got {r:?}")
+        };
+        assert_eq!(f.kind, super::super::FailureKind::Usage);
+        assert!(
+            f.message.contains("11 bytes") && f.message.contains("10 bytes"),
+            "{f}"
+        );
+        assert_eq!(c.in_flight(), 0, "no request was taken");
+        assert_eq!(c.health.counters.truncated, 0);
+        assert_eq!(c.health.failure(), Some(&f), "the comm stays failed");
+        let again = c.isend(0, 4, 0x42, [1; crate::MAX_DEVS], |s, i| fifo.read(s, i));
+        assert_eq!(again, Err(CoreError::Failed(f)));
+    }
+
+    #[test]
+    fn a_v7_comm_still_takes_a_send_that_fits() {
+        let fifo = Fifo {
+            groups: vec![vec![(0, 10)]],
+        };
+        let mut c = SendCore::new(QpLayout::one_device(1, false));
+        c.set_oversize(Oversize::Refuse);
+        let g = send_post(&mut c, &fifo, 0, 10);
+        assert_eq!(g.items[0].size, 10);
+        assert!(c.health.failure().is_none());
     }
 
     #[test]

@@ -5,14 +5,31 @@
 pub use super::device::{DeviceEvent, DeviceFault, QpError};
 use std::time::Duration;
 
-/// What one read of the out-of-band socket said. Nothing is expected on it after the
-/// handshake, so only its end matters.
+/// What one read of the out-of-band socket said. After the handshake the only bytes a peer
+/// sends on it are a failure notice (the text of the error that failed its end, then it stops
+/// writing); otherwise only its end matters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Socket {
     /// Open, with nothing (or something ignored) to read.
     Quiet,
     /// The peer is gone, and how.
     Gone(PeerGone),
+}
+
+/// What starts a failure notice on the out-of-band socket; the failure's text follows (UTF-8).
+pub const NOTICE_PREFIX: &[u8] = b"FERRO-FAILED ";
+
+/// A failure notice as it is written on the out-of-band socket.
+pub fn encode_notice(why: &str) -> Vec<u8> {
+    [NOTICE_PREFIX, why.as_bytes()].concat()
+}
+
+/// What bytes read from the out-of-band socket after the handshake say: a failure notice (its
+/// text) if they start like one, else nothing (anything else is ignored, as before notices).
+pub fn decode_notice(bytes: &[u8]) -> Option<String> {
+    bytes
+        .strip_prefix(NOTICE_PREFIX)
+        .map(|why| String::from_utf8_lossy(why).into_owned())
 }
 
 /// How the peer's out-of-band connection ended.
@@ -24,6 +41,8 @@ pub enum PeerGone {
     TimedOut(String),
     /// Any other error (a reset, ...), with its text.
     Error(String),
+    /// The peer failed its end of the comm and said why (its failure notice).
+    Failed(String),
 }
 
 /// The facts of one periodic look at a comm that waits.

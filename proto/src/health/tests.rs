@@ -265,3 +265,28 @@ fn a_flush_refused_before_any_read_is_abandoned_and_after_one_fails_the_comm() {
     assert_eq!(verdict::flush_refused(1), FlushRefused::FailComm);
     assert_eq!(verdict::flush_refused(7), FlushRefused::FailComm);
 }
+
+#[test]
+fn a_peers_failure_notice_fails_the_comm_with_the_peers_words() {
+    let why = "send of 11 bytes (tag 0) is larger than the receive buffer of 10 bytes it matched";
+    let v = CommHealth::default().decide(look(0, None, Socket::Gone(PeerGone::Failed(why.into()))));
+    assert_eq!(
+        v,
+        Verdict::PollThenFail(Fault::PeerGone(PeerGone::Failed(why.into())))
+    );
+    let f = failure_of(v);
+    assert_eq!(f.kind, FailureKind::Remote);
+    assert_eq!(
+        f.message,
+        format!("{COMM}: the peer failed the comm: {why}; {PENDING}")
+    );
+}
+
+#[test]
+fn a_failure_notice_round_trips_and_other_bytes_are_no_notice() {
+    use crate::health::facts::{decode_notice, encode_notice};
+    let why = "send of 11 bytes is larger than the receive buffer of 10 bytes";
+    assert_eq!(decode_notice(&encode_notice(why)).as_deref(), Some(why));
+    assert_eq!(decode_notice(b"hello"), None);
+    assert_eq!(decode_notice(b""), None);
+}

@@ -40,6 +40,9 @@ impl Fault {
     pub fn failure(&self, comm: &str, pending: &str) -> Failure {
         match self {
             Fault::Device(d) => Failure::system(format!("{comm}: {d}; {pending}")),
+            Fault::PeerGone(PeerGone::Failed(why)) => Failure::remote(format!(
+                "{comm}: the peer failed the comm: {why}; {pending}"
+            )),
             Fault::PeerGone(how) => Failure::remote(format!(
                 "{comm}: peer {} while requests were outstanding; {pending}",
                 PeerGoneReason(how)
@@ -65,6 +68,7 @@ impl fmt::Display for PeerGoneReason<'_> {
                 f,
                 "connection error: {e} (process killed or host rebooted?)"
             ),
+            PeerGone::Failed(why) => write!(f, "failed the comm: {why}"),
         }
     }
 }
@@ -146,6 +150,13 @@ impl Failure {
     pub fn system(message: impl Into<String>) -> Failure {
         Failure {
             kind: FailureKind::System,
+            message: message.into(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            kind: FailureKind::Usage,
             message: message.into(),
         }
     }
