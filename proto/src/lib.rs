@@ -19,6 +19,9 @@
 //!   out-of-band socket, failed completions, refused posts and polls, the time) to a verdict
 //!   (continue, warn of a stall, fail, or poll once more and then fail); the per-device event
 //!   record, the sticky error, the pacing of the periodic look and the stall watchdog.
+//! - [`recovery`]: recovery in place after a comm's QPs fail while its peer lives: the epoch
+//!   that makes completions of destroyed QPs harmless, the receiver's report of what arrived,
+//!   what the sender replays, and the budget.
 //!
 //! `docs/DESIGN.md` describes the protocol these modules implement.
 #![forbid(unsafe_code)]
@@ -29,6 +32,7 @@ pub mod handle;
 pub mod handshake;
 pub mod health;
 pub mod plan;
+pub mod recovery;
 pub mod wire;
 
 /// Wire protocol version carried in the listen handle and every handshake message. Peers with a

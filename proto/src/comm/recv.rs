@@ -21,12 +21,21 @@
 //!   about `W / 2` groups: one write per 16 receives at NCCL's limit of 32, per 4 at its
 //!   usual 8 steps ahead.
 //! - One clear-to-send write in [`CTS_SIGNAL_EVERY`] is signaled.
+//! - Each receive's `wr_id` names the QP it was posted on, so the core knows which of a group's
+//!   QPs delivered; that is what it reports when the comm stops for recovery ([`recovery`]).
+//!   While stopped, `irecv` is retried, nothing is written and completions of destroyed QPs
+//!   (an older epoch) are ignored.
+
+mod recovery;
+
+pub use recovery::{RecvResume, Repost};
 
 use super::requests::RequestTable;
-use super::wr_id::{CTS_SIGNAL_EVERY, WrId};
+use super::wr_id::{self, CTS_SIGNAL_EVERY, WrId};
 use super::{CommHealth, CoreError, Done};
 use crate::fifo::{CtsEntry, ENTRY_SIZE, FIFO_BYTES, entry_offset};
 use crate::plan::QpLayout;
+use crate::recovery::Recovery;
 use crate::{Keys, MAX_DEVS, MAX_RECVS, SLOTS};
 use std::ops::Range;
 
@@ -54,6 +63,8 @@ pub struct PostRecv {
     /// The clear-to-send write to post now (after the receives), or `None` when the entries
     /// stay staged for a later, coalesced write.
     pub cts: Option<CtsWrite>,
+    /// The comm's recovery epoch, carried by the `wr_id`s.
+    pub epoch: u32,
 }
 
 impl PostRecv {
@@ -62,8 +73,15 @@ impl PostRecv {
         entry_offset(self.seq, 0)
     }
 
+    /// The `wr_id` of the receives when the QP they are posted on is not named (QP index 0).
     pub fn recv_wr_id(&self) -> u64 {
-        WrId::Recv { req: self.req }.encode()
+        WrId::Recv { req: self.req }.encode_in(self.epoch)
+    }
+
+    /// The `wr_id` of the receive posted on QP `q`: it names the QP, which a recovery needs
+    /// to know which of the group's QPs delivered.
+    pub fn recv_wr_id_on(&self, q: usize) -> u64 {
+        WrId::recv_on(self.req, q, self.epoch)
     }
 }
 
@@ -80,6 +98,7 @@ pub struct CtsWrite {
     ranges: [Range<usize>; 2],
     /// Whether the (last) work request is signaled.
     pub signaled: bool,
+    epoch: u32,
 }
 
 impl CtsWrite {
@@ -97,6 +116,7 @@ impl CtsWrite {
             to,
             ranges,
             signaled,
+            epoch: 0,
         }
     }
 
@@ -111,7 +131,7 @@ impl CtsWrite {
     }
 
     pub fn wr_id(&self) -> u64 {
-        WrId::Cts { seq: self.to - 1 }.encode()
+        WrId::Cts { seq: self.to - 1 }.encode_in(self.epoch)
     }
 }
 
@@ -136,10 +156,12 @@ enum RecvReq {
         remaining: u16,
         imm_sum: u32,
         done: Option<Done>,
+        /// Bit `q` set: QP `q`'s immediate arrived.
+        arrived: u128,
     },
     /// A flush: one RDMA READ on the loopback flush QP of each member device; done when all
-    /// of them completed.
-    Flush { remaining: u16 },
+    /// of them completed (`reads` of them, reposted whole after a recovery).
+    Flush { remaining: u16, reads: u16 },
 }
 
 /// The receive side's state.
@@ -161,6 +183,8 @@ pub struct RecvCore {
     entries: [CtsEntry; MAX_RECVS],
     /// The comm's sticky error, counters and stall watchdog.
     pub health: CommHealth,
+    /// The epoch, the stop and the budget of recovery in place.
+    pub recovery: Recovery,
 }
 
 impl RecvCore {
@@ -183,6 +207,7 @@ impl RecvCore {
                 idx: 0,
             }; MAX_RECVS],
             health: CommHealth::default(),
+            recovery: Recovery::default(),
         }
     }
 
@@ -195,7 +220,7 @@ impl RecvCore {
             )));
         }
         self.health.check()?;
-        if self.posted >= SLOTS || self.reqs.is_full() {
+        if self.posted >= SLOTS || self.reqs.is_full() || self.recovery.is_stopped() {
             self.health.counters.retries += 1;
             return Ok(RecvStep::Retry);
         }
@@ -208,6 +233,7 @@ impl RecvCore {
             remaining: qps.len() as u16,
             imm_sum: 0,
             done: None,
+            arrived: 0,
         })?;
         for (i, (e, b)) in self.entries.iter_mut().zip(bufs).enumerate() {
             *e = CtsEntry {
@@ -225,7 +251,14 @@ impl RecvCore {
         self.last_n = n;
         self.health.counters.requests += 1;
         let cts = self.cts_due();
-        Ok(RecvStep::Post(PostRecv { req, seq, qps, cts }))
+        let epoch = self.recovery.epoch();
+        Ok(RecvStep::Post(PostRecv {
+            req,
+            seq,
+            qps,
+            cts,
+            epoch,
+        }))
     }
 
     /// The clear-to-send entries of the last receive [`RecvCore::irecv`] posted, to be staged at
@@ -268,7 +301,7 @@ impl RecvCore {
     }
 
     fn take_cts(&mut self) -> Option<CtsWrite> {
-        if self.health.failure().is_some() {
+        if self.health.failure().is_some() || self.recovery.is_stopped() {
             return None;
         }
         let (from, to) = (self.cts_next, self.seq);
@@ -279,7 +312,10 @@ impl RecvCore {
         let signaled = self.cts_writes % CTS_SIGNAL_EVERY == 0;
         self.cts_writes += 1;
         self.health.counters.cts_writes += 1;
-        Some(CtsWrite::new(from, to, self.last_n, signaled))
+        Some(CtsWrite {
+            epoch: self.recovery.epoch(),
+            ..CtsWrite::new(from, to, self.last_n, signaled)
+        })
     }
 
     /// A flush request of `reads` RDMA READs (one per member device). A full table is an
@@ -289,6 +325,7 @@ impl RecvCore {
         self.health.check()?;
         let req = self.reqs.alloc(RecvReq::Flush {
             remaining: reads.max(1),
+            reads: reads.max(1),
         })?;
         self.health.counters.requests += 1;
         Ok(req)
@@ -299,18 +336,29 @@ impl RecvCore {
         self.reqs.release(req);
     }
 
+    /// The `wr_id` of a flush's reads on a comm that never recovered.
     pub fn flush_wr_id(req: u32) -> u64 {
         WrId::Flush { req }.encode()
     }
 
+    /// The `wr_id` of a flush's reads in the comm's current epoch.
+    pub fn flush_wr_id_now(&self, req: u32) -> u64 {
+        WrId::Flush { req }.encode_in(self.recovery.epoch())
+    }
+
     /// A successful completion polled from the comm's CQ. `read_sizes(seq, n)` reads the sizes
     /// FIFO slot of group `seq`; it is called once, when a group of several buffers finishes.
+    /// A completion of work posted before the last recovery (another epoch), or polled while
+    /// the comm is stopped, is ignored: what the comm reported at its stop is the truth.
     pub fn handle_completion(
         &mut self,
         wr_id: u64,
         imm: u32,
         read_sizes: impl FnOnce(u64, usize) -> [u32; MAX_RECVS],
     ) {
+        if !self.recovery.counts(wr_id::epoch_of(wr_id)) {
+            return;
+        }
         self.health.counters.completions += 1;
         match WrId::decode(wr_id) {
             WrId::Recv { req } => {
@@ -320,6 +368,7 @@ impl RecvCore {
                     remaining,
                     imm_sum,
                     done,
+                    arrived,
                 }) = self.reqs.get_mut(req)
                 else {
                     return;
@@ -331,6 +380,7 @@ impl RecvCore {
                 // most u32::MAX (what a request carries); a peer that claims more is held at
                 // u32::MAX rather than wrapped to a small size.
                 *imm_sum = imm_sum.saturating_add(imm);
+                *arrived |= 1u128 << (wr_id::recv_qp(wr_id) & 127);
                 *remaining -= 1;
                 if *remaining > 0 {
                     return;
@@ -347,7 +397,7 @@ impl RecvCore {
                 self.health.counters.bytes += sizes[..n].iter().map(|&s| u64::from(s)).sum::<u64>();
             }
             WrId::Flush { req } => {
-                if let Some(RecvReq::Flush { remaining }) = self.reqs.get_mut(req) {
+                if let Some(RecvReq::Flush { remaining, .. }) = self.reqs.get_mut(req) {
                     *remaining = remaining.saturating_sub(1);
                 }
             }
@@ -359,7 +409,7 @@ impl RecvCore {
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
         let done = match *self.reqs.in_flight_mut(req)? {
             RecvReq::Recv { done, .. } => done,
-            RecvReq::Flush { remaining } => (remaining == 0).then_some(Done::NOTHING),
+            RecvReq::Flush { remaining, .. } => (remaining == 0).then_some(Done::NOTHING),
         };
         if done.is_some() {
             self.reqs.release(req);
