@@ -87,11 +87,11 @@ impl Wire {
 
     // ---- the recovery exchange ---------------------------------------------------------
 
-    pub(crate) fn to_receiver(&mut self, m: &Msg) {
+    pub(crate) fn tell_receiver(&mut self, m: &Msg) {
         self.to_recv.push_back(wire::encode(m));
     }
 
-    pub(crate) fn to_sender(&mut self, m: &Msg) {
+    pub(crate) fn tell_sender(&mut self, m: &Msg) {
         self.to_send.push_back(wire::encode(m));
     }
 
@@ -100,7 +100,7 @@ impl Wire {
             .send
             .begin_recovery(self.now, "QP error")
             .expect("sender stops");
-        self.to_receiver(&Msg::Recover { epoch });
+        self.tell_receiver(&Msg::Recover { epoch });
     }
 
     pub(crate) fn recv_notices(&mut self) {
@@ -114,14 +114,14 @@ impl Wire {
     /// The receiver stopped at `epoch`: it says so, reports its state, and offers its rebuilt
     /// QPs (the fake's QP numbers name the epoch).
     pub(crate) fn receiver_stopped(&mut self, epoch: u32) {
-        self.to_sender(&Msg::Recover { epoch });
+        self.tell_sender(&Msg::Recover { epoch });
         let st = self
             .recv
             .receiver_state()
             .expect("a stopped receiver reports");
-        self.to_sender(&Msg::ReceiverState(st));
+        self.tell_sender(&Msg::ReceiverState(st));
         let qpns = (0..self.nqps as u32).map(|q| epoch * 1000 + q).collect();
-        self.to_sender(&Msg::Rebuilt { epoch, qpns });
+        self.tell_sender(&Msg::Rebuilt { epoch, qpns });
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Msg {
@@ -162,7 +162,7 @@ impl Wire {
                     for (wr, imm) in std::mem::take(&mut self.stale_recv) {
                         self.immediate(wr, imm);
                     }
-                    self.to_sender(&Msg::Resume { epoch });
+                    self.tell_sender(&Msg::Resume { epoch });
                 } else {
                     assert!(
                         epoch < self.recv.recovery.epoch(),
@@ -185,7 +185,7 @@ impl Wire {
         match Wire::decode(&bytes) {
             Msg::Recover { epoch } => {
                 if self.send.on_peer_recover(epoch, self.now).expect("recover") {
-                    self.to_receiver(&Msg::Recover { epoch });
+                    self.tell_receiver(&Msg::Recover { epoch });
                 }
             }
             Msg::ReceiverState(st) => match self.send.apply_peer_state(&st) {
@@ -204,7 +204,7 @@ impl Wire {
                     let qpns = (0..self.nqps as u32)
                         .map(|q| epoch * 1000 + 500 + q)
                         .collect();
-                    self.to_receiver(&Msg::Rebuilt { epoch, qpns });
+                    self.tell_receiver(&Msg::Rebuilt { epoch, qpns });
                 }
             }
             Msg::Resume { epoch } => {
