@@ -5,7 +5,6 @@
 //! immediate comes last), so it is never written again; a share rewritten over bytes a cut left
 //! half-placed lands in a buffer whose receive is not complete, which no one reads yet.
 
-use crate::comm::wr_id::WrId;
 use crate::plan::{self, QpLayout, SendItem, SizesSlot, Write};
 
 /// A posted group to write again on some of its QPs, in the new epoch.
@@ -16,7 +15,8 @@ pub struct ReplayGroup<'a> {
     pub qps: u128,
     pub(crate) items: &'a [SendItem],
     pub(crate) reqs: &'a [u32],
-    pub(crate) epoch: u32,
+    /// The group's `wr_id` in the new epoch (the comm's encoding).
+    pub(crate) wr_id: u64,
 }
 
 impl<'a> ReplayGroup<'a> {
@@ -37,7 +37,7 @@ impl<'a> ReplayGroup<'a> {
 
     /// The `wr_id` of the replayed writes (the group's, in the new epoch).
     pub fn wr_id(&self) -> u64 {
-        WrId::Send { seq: self.seq }.encode_in(self.epoch)
+        self.wr_id
     }
 
     /// The data bytes the replay carries (the buffers' shares on the replayed QPs).

@@ -5,6 +5,7 @@
 use super::{SendCore, slot};
 use crate::SLOTS;
 use crate::comm::CoreError;
+use crate::comm::wr_id::WrId;
 use crate::recovery::{ReceiverState, RecoveryError, ReplayGroup};
 use std::time::Duration;
 
@@ -155,7 +156,7 @@ impl SendCore {
                 qps: f.replay,
                 items: &f.items[..f.n],
                 reqs: &f.reqs[..f.n],
-                epoch,
+                wr_id: WrId::Send { seq }.encode_in(epoch),
             })
         })
     }
