@@ -2,8 +2,9 @@
 //! so it is tested on any machine without RDMA.
 //!
 //! - [`handle`]: the 128-byte listen handle NCCL carries between ranks.
-//! - [`wire`]: the out-of-band handshake messages (queue-pair metadata, ready, reject), decoded
-//!   incrementally from a non-blocking socket.
+//! - [`wire`]: the out-of-band messages (the handshake's: queue-pair metadata, ready, reject;
+//!   recovery's: recover, the receiver's state, rebuilt QPs, resume), decoded incrementally from
+//!   a non-blocking socket.
 //! - [`handshake`]: connection setup as a state machine fed with bytes and the time: the stages
 //!   of both sides, the secret, settings, QP-count, QP-limit and link-layer checks, `Reject`,
 //!   and the handshake time-out. The plugin's transport only moves its bytes and creates the
