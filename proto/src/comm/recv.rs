@@ -424,8 +424,13 @@ impl RecvCore {
 
     /// What the comm waits for, in words a user can act on (for the stall warning).
     pub fn describe_wait(&self) -> String {
+        let recovering = if self.recovery.is_stopped() {
+            format!("the comm is recovering (epoch {}): ", self.recovery.epoch())
+        } else {
+            String::new()
+        };
         format!(
-            "{} receives posted wait for the sender's data (the oldest is receive #{}; {} of them announced to the sender, {} staged); {} receives finished so far",
+            "{recovering}{} receives posted wait for the sender's data (the oldest is receive #{}; {} of them announced to the sender, {} staged); {} receives finished so far",
             self.posted,
             self.seq - self.posted as u64,
             self.supply(),

@@ -227,6 +227,10 @@ fn a_stopped_comm_retries_every_call_and_writes_no_clear_to_send() {
     let (mut r, _) = receiver(QpLayout::one_device(1, false), 2);
     r.begin_recovery(s(1), "flap").unwrap();
     assert_eq!(r.cts_flush(), None);
+    assert!(
+        r.describe_wait()
+            .starts_with("the comm is recovering (epoch 1): 2 receives posted wait")
+    );
     assert_eq!(
         r.irecv(&[RecvBuf {
             addr: 1,
