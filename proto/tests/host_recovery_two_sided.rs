@@ -90,7 +90,10 @@ fn a_cut_during_the_exchange_and_a_second_in_a_row_restart_it_at_the_next_epoch(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    // More cases than the other property: a completion left by a cut that would finish a
+    // replayed send early takes a multi-QP group, an unpolled acknowledgement and a missing
+    // share at the same cut, which one case in a few hundred has.
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
     #[test]
     fn any_interleaving_with_cuts_delivers_every_message_exactly_once(
@@ -108,13 +111,18 @@ proptest! {
         w.run(&schedule, cuts);
     }
 
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
     #[test]
     fn cuts_that_come_close_together_during_the_exchange_are_recovered_too(
         qpc in 1usize..=4,
         split in any::<bool>(),
         devs in prop::option::of((1usize..=2, 1usize..=2)),
         shape in prop::collection::vec(prop::collection::vec((0u32..2, 1u32..120, 50u32..=100), 1..=MAX_RECVS), SLOTS..50),
-        schedule in prop::collection::vec((0u32..64).prop_map(|c| if c % 8 == 7 { c } else { c % 7 + 8 * (c / 8) }), 200..800),
+        schedule in prop::collection::vec((0u32..512).prop_map(|c| if c % 8 == 7 { c } else { c % 7 + 8 * (c / 8) }), 200..800),
         cuts in 2usize..=6,
     ) {
         let (l, r) = devs.unwrap_or((1, 1));
