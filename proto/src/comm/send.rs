@@ -265,14 +265,14 @@ impl SendCore {
             return Ok(SendStep::Matched { req });
         }
         self.open = false;
-        self.inflight[slot(gseq)] = InFlight {
-            seq: gseq,
-            remaining: self.layout.group_qps(gseq).len() as u32,
-            reqs: g.reqs,
-            n: g.n,
-            items: g.items,
-            replay: 0,
-        };
+        // Field by field: only the group's own items are copied (one for a single buffer).
+        let f = &mut self.inflight[slot(gseq)];
+        f.seq = gseq;
+        f.remaining = self.layout.group_qps(gseq).len() as u32;
+        f.reqs = g.reqs;
+        f.n = g.n;
+        f.items[..g.n].copy_from_slice(&g.items[..g.n]);
+        f.replay = 0;
         self.seq += 1;
         Ok(SendStep::Post { req })
     }
