@@ -2,8 +2,9 @@
 //! so it is tested on any machine without RDMA.
 //!
 //! - [`handle`]: the 128-byte listen handle NCCL carries between ranks.
-//! - [`wire`]: the out-of-band handshake messages (queue-pair metadata, ready, reject), decoded
-//!   incrementally from a non-blocking socket.
+//! - [`wire`]: the out-of-band messages (the handshake's: queue-pair metadata, ready, reject;
+//!   recovery's: recover, the receiver's state, rebuilt QPs, resume), decoded incrementally from
+//!   a non-blocking socket.
 //! - [`handshake`]: connection setup as a state machine fed with bytes and the time: the stages
 //!   of both sides, the secret, settings, QP-count, QP-limit and link-layer checks, `Reject`,
 //!   and the handshake time-out. The plugin's transport only moves its bytes and creates the
@@ -19,6 +20,9 @@
 //!   out-of-band socket, failed completions, refused posts and polls, the time) to a verdict
 //!   (continue, warn of a stall, fail, or poll once more and then fail); the per-device event
 //!   record, the sticky error, the pacing of the periodic look and the stall watchdog.
+//! - [`recovery`]: recovery in place after a comm's QPs fail while its peer lives: the epoch
+//!   that makes completions of destroyed QPs harmless, the receiver's report of what arrived,
+//!   what the sender replays, and the budget.
 //!
 //! `docs/DESIGN.md` describes the protocol these modules implement.
 #![forbid(unsafe_code)]
@@ -29,6 +33,7 @@ pub mod handle;
 pub mod handshake;
 pub mod health;
 pub mod plan;
+pub mod recovery;
 pub mod wire;
 
 /// Wire protocol version carried in the listen handle and every handshake message. Peers with a

@@ -6,9 +6,17 @@
 //! answers [`Kind::Accept`] (its QPs and its sizes FIFO) or [`Kind::Reject`] (a reason, e.g.
 //! mismatched settings), and the connecting side, once its QPs are ready to receive, sends
 //! [`Kind::Ready`]. The connection then stays open for the comm's life as a liveness signal.
+//!
+//! The same connection carries the recovery exchange (`docs/DESIGN.md`, "Recovery in place"):
+//! [`Kind::Recover`] (each side, once per epoch it enters), [`Kind::ReceiverState`] (the
+//! receiver's report of what arrived), [`Kind::Rebuilt`] (a side's new QP numbers: the
+//! receiver's first, then the sender's once its QPs are connected) and [`Kind::Resume`] (the
+//! receiver reposted its receives and its clear-to-send entries: the sender replays). The
+//! handshake's messages are unchanged, byte for byte.
 
 use crate::handle::SECRET_SIZE;
-use crate::{MAGIC, MAX_DEVS, MAX_QPS, WIRE_VERSION};
+use crate::recovery::{GroupArrivals, ReceiverState};
+use crate::{MAGIC, MAX_DEVS, MAX_QPS, SLOTS, WIRE_VERSION};
 use std::fmt;
 
 pub const HEADER: usize = 16;
@@ -21,6 +29,10 @@ pub enum Kind {
     Accept = 2,
     Ready = 3,
     Reject = 4,
+    Recover = 5,
+    ReceiverState = 6,
+    Rebuilt = 7,
+    Resume = 8,
 }
 
 impl Kind {
@@ -30,6 +42,10 @@ impl Kind {
             2 => Kind::Accept,
             3 => Kind::Ready,
             4 => Kind::Reject,
+            5 => Kind::Recover,
+            6 => Kind::ReceiverState,
+            7 => Kind::Rebuilt,
+            8 => Kind::Resume,
             _ => return None,
         })
     }
@@ -78,6 +94,21 @@ pub enum Msg {
     Accept(QpMeta),
     Ready,
     Reject(String),
+    /// Recovery: this side stopped at `epoch` (sent once per epoch entered, by each side).
+    Recover {
+        epoch: u32,
+    },
+    /// Recovery: the receiver's report at its stop.
+    ReceiverState(ReceiverState),
+    /// Recovery: this side's rebuilt QPs of `epoch` (in the handshake's QP order).
+    Rebuilt {
+        epoch: u32,
+        qpns: Vec<u32>,
+    },
+    /// Recovery: the receiver runs again at `epoch`; the sender replays and resumes.
+    Resume {
+        epoch: u32,
+    },
 }
 
 /// Why bytes from a peer were refused.
@@ -105,7 +136,7 @@ impl fmt::Display for WireError {
             WireError::TooLong(n) => {
                 write!(f, "peer announced a {n}-byte message (limit {MAX_BODY})")
             }
-            WireError::Malformed(what) => write!(f, "malformed handshake message: {what}"),
+            WireError::Malformed(what) => write!(f, "malformed out-of-band message: {what}"),
         }
     }
 }
@@ -155,6 +186,28 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             b.truncate(1024);
             (Kind::Reject, b)
         }
+        Msg::Recover { epoch } => (Kind::Recover, epoch.to_le_bytes().to_vec()),
+        Msg::Resume { epoch } => (Kind::Resume, epoch.to_le_bytes().to_vec()),
+        Msg::ReceiverState(st) => {
+            let mut b = Vec::with_capacity(14 + 24 * st.outstanding.len());
+            b.extend_from_slice(&st.epoch.to_le_bytes());
+            b.extend_from_slice(&st.next_seq.to_le_bytes());
+            b.extend_from_slice(&(st.outstanding.len() as u16).to_le_bytes());
+            for g in &st.outstanding {
+                b.extend_from_slice(&g.seq.to_le_bytes());
+                b.extend_from_slice(&g.arrived.to_le_bytes());
+            }
+            (Kind::ReceiverState, b)
+        }
+        Msg::Rebuilt { epoch, qpns } => {
+            let mut b = Vec::with_capacity(8 + 4 * qpns.len());
+            b.extend_from_slice(&epoch.to_le_bytes());
+            b.extend_from_slice(&(qpns.len() as u32).to_le_bytes());
+            for q in qpns {
+                b.extend_from_slice(&q.to_le_bytes());
+            }
+            (Kind::Rebuilt, b)
+        }
     };
     let mut v = header(kind, body.len());
     v.extend_from_slice(&body);
@@ -185,6 +238,71 @@ impl Cursor<'_> {
     fn u64(&mut self) -> Result<u64, WireError> {
         Ok(u64::from_le_bytes(self.take()?))
     }
+    fn u128(&mut self) -> Result<u128, WireError> {
+        Ok(u128::from_le_bytes(self.take()?))
+    }
+    /// Refuses bytes after the message.
+    fn end(&self) -> Result<(), WireError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(WireError::Malformed("trailing bytes"))
+        }
+    }
+}
+
+/// The body of a message that is only an epoch.
+fn decode_epoch(body: &[u8]) -> Result<u32, WireError> {
+    let mut c = Cursor(body);
+    let epoch = c.u32()?;
+    c.end()?;
+    Ok(epoch)
+}
+
+fn decode_receiver_state(body: &[u8]) -> Result<ReceiverState, WireError> {
+    let mut c = Cursor(body);
+    let epoch = c.u32()?;
+    let next_seq = c.u64()?;
+    let count = usize::from(c.u16()?);
+    if count > SLOTS {
+        return Err(WireError::Malformed(
+            "more outstanding groups than FIFO slots",
+        ));
+    }
+    let mut outstanding = Vec::with_capacity(count);
+    for _ in 0..count {
+        outstanding.push(GroupArrivals {
+            seq: c.u64()?,
+            arrived: c.u128()?,
+        });
+    }
+    c.end()?;
+    let st = ReceiverState {
+        epoch,
+        next_seq,
+        outstanding,
+    };
+    if !st.is_well_formed() {
+        return Err(WireError::Malformed(
+            "outstanding groups out of order or outside the last 32 posted",
+        ));
+    }
+    Ok(st)
+}
+
+fn decode_rebuilt(body: &[u8]) -> Result<Msg, WireError> {
+    let mut c = Cursor(body);
+    let epoch = c.u32()?;
+    let count = c.u32()? as usize;
+    if count == 0 || count > MAX_QPS {
+        return Err(WireError::Malformed("rebuilt QP count out of range"));
+    }
+    let mut qpns = Vec::with_capacity(count);
+    for _ in 0..count {
+        qpns.push(c.u32()?);
+    }
+    c.end()?;
+    Ok(Msg::Rebuilt { epoch, qpns })
 }
 
 fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
@@ -308,6 +426,14 @@ impl Reader {
             Kind::Ready if body.is_empty() => Msg::Ready,
             Kind::Ready => return Err(WireError::Malformed("ready with a body")),
             Kind::Reject => Msg::Reject(String::from_utf8_lossy(&body).into_owned()),
+            Kind::Recover => Msg::Recover {
+                epoch: decode_epoch(&body)?,
+            },
+            Kind::Resume => Msg::Resume {
+                epoch: decode_epoch(&body)?,
+            },
+            Kind::ReceiverState => Msg::ReceiverState(decode_receiver_state(&body)?),
+            Kind::Rebuilt => decode_rebuilt(&body)?,
         }))
     }
 }
@@ -374,6 +500,101 @@ mod tests {
         ] {
             assert_eq!(feed_bytewise(&encode(&msg)), Ok(Some(msg.clone())));
         }
+    }
+
+    fn state() -> ReceiverState {
+        ReceiverState {
+            epoch: 3,
+            next_seq: 70,
+            outstanding: vec![
+                GroupArrivals {
+                    seq: 40,
+                    arrived: 0,
+                },
+                GroupArrivals {
+                    seq: 69,
+                    arrived: (1 << 127) | 5,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn every_recovery_message_round_trips_even_one_byte_at_a_time() {
+        let full = ReceiverState {
+            epoch: u32::MAX,
+            next_seq: u64::MAX,
+            outstanding: (0..SLOTS as u64)
+                .map(|i| GroupArrivals {
+                    seq: u64::MAX - SLOTS as u64 + i,
+                    arrived: u128::MAX >> i,
+                })
+                .collect(),
+        };
+        for msg in [
+            Msg::Recover { epoch: 1 },
+            Msg::ReceiverState(state()),
+            Msg::ReceiverState(full),
+            Msg::ReceiverState(ReceiverState {
+                epoch: 1,
+                next_seq: 0,
+                outstanding: vec![],
+            }),
+            Msg::Rebuilt {
+                epoch: 2,
+                qpns: (0..MAX_QPS as u32).collect(),
+            },
+            Msg::Resume { epoch: 7 },
+        ] {
+            assert_eq!(feed_bytewise(&encode(&msg)), Ok(Some(msg.clone())));
+        }
+    }
+
+    #[test]
+    fn the_handshake_messages_keep_their_bytes() {
+        // Kinds 1 to 4 and the header are what peers of earlier builds speak.
+        assert_eq!(
+            encode(&Msg::Ready),
+            [&MAGIC.to_le_bytes()[..], &[3, 0, 3, 0, 0, 0, 0, 0]].concat()
+        );
+        let r = encode(&Msg::Reject("no".into()));
+        assert_eq!((r[10], r[12], &r[16..]), (4, 2, &b"no"[..]));
+        let c = encode(&Msg::Connect(meta(1)));
+        assert_eq!((c[10], c.len()), (1, HEADER + 28 + DEV_META_BYTES + 4 + 4));
+        assert_eq!(&c[16..32], &[9; SECRET_SIZE]);
+    }
+
+    #[test]
+    fn a_malformed_recovery_message_is_refused() {
+        let mut b = encode(&Msg::Recover { epoch: 1 });
+        b.push(0);
+        b[12] = 5;
+        assert_eq!(
+            feed_bytewise(&b),
+            Err(WireError::Malformed("trailing bytes"))
+        );
+        let mut st = state();
+        st.outstanding.reverse();
+        assert!(matches!(
+            feed_bytewise(&encode(&Msg::ReceiverState(st))),
+            Err(WireError::Malformed(_))
+        ));
+        let mut st = state();
+        st.outstanding[0].seq = 70 - SLOTS as u64 - 1;
+        assert!(
+            matches!(
+                feed_bytewise(&encode(&Msg::ReceiverState(st))),
+                Err(WireError::Malformed(_))
+            ),
+            "a group older than the last 32 posted cannot be outstanding"
+        );
+        assert!(matches!(
+            feed_bytewise(&encode(&Msg::Rebuilt {
+                epoch: 1,
+                qpns: vec![]
+            })),
+            Err(WireError::Malformed(_))
+        ));
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! - the receive side: group sequence numbers, what to post for a receive, how its immediates
 //!   add up to a finished request ([`recv`]);
 //! - the `wr_id` encoding that routes completions ([`wr_id`]);
-//! - the per-comm [`counters`].
+//! - the per-comm [`counters`];
+//! - each side's part of recovery in place (`send::recovery`, `recv::recovery`: stop, report,
+//!   replay, resume), by the rules of [`crate::recovery`].
 //!
 //! Each core keeps a [`CommHealth`]: the sticky error, the stall watchdog and the counters. The
 //! fault policy it belongs to (when a comm fails, how, and what is said) is [`crate::health`];

@@ -65,6 +65,14 @@ impl<S> RequestTable<S> {
     }
 
     /// Every request in flight, with its index.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &S)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)))
+    }
+
+    /// Every request in flight, with its index.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut S)> {
         self.slots
             .iter_mut()

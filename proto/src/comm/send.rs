@@ -16,13 +16,19 @@
 //!   written, and the next group becomes the head.
 //! - The in-flight bookkeeping of slot `k % SLOTS` is reused for group `k + SLOTS` only once
 //!   every signaled write of group `k` completed; until then a new group is not opened (retry).
+//! - A posted group's sends stay in its slot's bookkeeping until the group is delivered, so a
+//!   recovery can replay them ([`recovery`]); while the comm is stopped for recovery every
+//!   `isend` is retried and completions of destroyed QPs (an older epoch) are ignored.
+
+mod recovery;
 
 use super::requests::RequestTable;
-use super::wr_id::WrId;
+use super::wr_id::{self, WrId};
 use super::{CommHealth, CoreError, Done, Failure};
 use crate::Keys;
 use crate::fifo::{self, CtsEntry};
 use crate::plan::{QpLayout, SendItem};
+use crate::recovery::Recovery;
 use crate::{MAX_RECVS, SLOTS};
 
 /// Send requests one comm can hold: NCCL may post `NCCL_NET_MAX_REQUESTS x maxRecvs` isends.
@@ -37,6 +43,8 @@ pub enum SendWait {
     SlotBusy { seq: u64 },
     /// Every buffer with this tag in the head group `seq` is taken: the send is for a later group.
     TagAhead { tag: i32, seq: u64 },
+    /// The comm is stopped for recovery (epoch `epoch`) until its QPs are rebuilt.
+    Recovering { epoch: u32 },
 }
 
 /// What the transport does for an `isend`. Small on purpose: the group to write stays in the
@@ -77,6 +85,7 @@ pub struct ReadyGroup<'a> {
     pub seq: u64,
     items: &'a [SendItem],
     reqs: &'a [u32],
+    epoch: u32,
 }
 
 impl<'a> ReadyGroup<'a> {
@@ -88,6 +97,11 @@ impl<'a> ReadyGroup<'a> {
     /// The request of each send, in the same order as [`ReadyGroup::items`].
     pub fn reqs(&self) -> &'a [u32] {
         self.reqs
+    }
+
+    /// The `wr_id` of the group's writes (its sequence number, in the comm's epoch).
+    pub fn wr_id(&self) -> u64 {
+        WrId::Send { seq: self.seq }.encode_in(self.epoch)
     }
 }
 
@@ -110,14 +124,27 @@ struct GroupBuf {
     reqs: [u32; MAX_RECVS],
 }
 
-/// Signaled writes still outstanding for the group that last used a slot.
-#[derive(Debug, Clone, Copy, Default)]
+/// Signaled writes still outstanding for the group that last used a slot, and its sends (kept
+/// until the group is delivered, for a replay after a recovery).
+#[derive(Debug, Clone, Copy)]
 struct InFlight {
     seq: u64,
     remaining: u32,
     reqs: [u32; MAX_RECVS],
     n: usize,
+    items: [SendItem; MAX_RECVS],
+    /// The QPs whose shares a recovery replays (bit `q` for QP `q`); zero otherwise.
+    replay: u128,
 }
+
+const IDLE: InFlight = InFlight {
+    seq: 0,
+    remaining: 0,
+    reqs: [0; MAX_RECVS],
+    n: 0,
+    items: [NO_ITEM; MAX_RECVS],
+    replay: 0,
+};
 
 const NO_ENTRY: CtsEntry = CtsEntry {
     seq: 0,
@@ -156,6 +183,10 @@ pub struct SendCore {
     oversize: Oversize,
     /// Why the last `isend` was answered with a retry (`None` once a send was matched again).
     last_wait: Option<SendWait>,
+    /// The epoch, the stop and the budget of recovery in place.
+    pub recovery: Recovery,
+    /// Whether the receiver's state of the current recovery has been applied.
+    peer_state_applied: bool,
 }
 
 impl SendCore {
@@ -173,11 +204,13 @@ impl SendCore {
                 reqs: [0; MAX_RECVS],
             },
             open: false,
-            inflight: [InFlight::default(); SLOTS],
+            inflight: [IDLE; SLOTS],
             health: CommHealth::default(),
             truncation_note: None,
             oversize: Oversize::Truncate,
             last_wait: None,
+            recovery: Recovery::default(),
+            peer_state_applied: false,
         }
     }
 
@@ -204,6 +237,10 @@ impl SendCore {
         mut read_entry: impl FnMut(u64, usize) -> Option<CtsEntry>,
     ) -> Result<SendStep, CoreError> {
         self.health.check()?;
+        if self.recovery.is_stopped() {
+            let epoch = self.recovery.epoch();
+            return Ok(self.retry(SendWait::Recovering { epoch }));
+        }
         if !self.open {
             if let Err(wait) = self.open_group(&mut read_entry) {
                 return Ok(self.retry(wait));
@@ -255,12 +292,14 @@ impl SendCore {
             return Ok(SendStep::Matched { req });
         }
         self.open = false;
-        self.inflight[slot(gseq)] = InFlight {
-            seq: gseq,
-            remaining: self.layout.group_qps(gseq).len() as u32,
-            reqs: g.reqs,
-            n: g.n,
-        };
+        // Field by field: only the group's own items are copied (one for a single buffer).
+        let f = &mut self.inflight[slot(gseq)];
+        f.seq = gseq;
+        f.remaining = self.layout.group_qps(gseq).len() as u32;
+        f.reqs = g.reqs;
+        f.n = g.n;
+        f.items[..g.n].copy_from_slice(&g.items[..g.n]);
+        f.replay = 0;
         self.seq += 1;
         Ok(SendStep::Post { req })
     }
@@ -273,6 +312,7 @@ impl SendCore {
             seq: g.seq,
             items: &g.items[..g.n],
             reqs: &g.reqs[..g.n],
+            epoch: self.recovery.epoch(),
         }
     }
 
@@ -283,6 +323,7 @@ impl SendCore {
             SendWait::ClearToSend { .. } => self.health.counters.cts_waits += 1,
             SendWait::SlotBusy { .. } => self.health.counters.slot_busy += 1,
             SendWait::TagAhead { .. } => self.health.counters.tag_ahead += 1,
+            SendWait::Recovering { .. } => {}
         }
         SendStep::Retry(wait)
     }
@@ -318,8 +359,13 @@ impl SendCore {
         Ok(())
     }
 
-    /// A successful completion polled from the comm's CQ.
+    /// A successful completion polled from the comm's CQ. One of work posted before the last
+    /// recovery (another epoch), or polled while the comm is stopped, is ignored: the
+    /// receiver's report decides what became of that work.
     pub fn handle_completion(&mut self, wr_id: u64) {
+        if !self.recovery.counts(wr_id::epoch_of(wr_id)) {
+            return;
+        }
         self.health.counters.completions += 1;
         if let WrId::Send { seq } = WrId::decode(wr_id) {
             let f = &mut self.inflight[slot(seq)];
@@ -374,6 +420,9 @@ impl SendCore {
             Some(SendWait::SlotBusy { seq }) => format!(
                 "a send waits for the completions of receive #{}'s writes before its FIFO slot is reused",
                 seq.saturating_sub(SLOTS as u64)
+            ),
+            Some(SendWait::Recovering { epoch }) => format!(
+                "the comm is recovering (epoch {epoch}): sends wait for its QPs to be rebuilt"
             ),
             None => "no send is being retried".to_string(),
         };

@@ -42,6 +42,15 @@ pub struct Counters {
     /// Work completions polled from each member device's CQ, by member (a physical device has
     /// member 0 only), counted by the transport.
     pub member_completions: [u64; crate::MAX_DEVS],
+    /// Recovery epochs entered (a recovery restarted by a second failure counts again).
+    pub recoveries: u64,
+    /// QPs rebuilt by recoveries that resumed.
+    pub qps_rebuilt: u64,
+    /// Sends of groups replayed after a recovery (send comm), and the data bytes replayed.
+    pub sends_replayed: u64,
+    pub bytes_replayed: u64,
+    /// Time spent stopped for recovery, from each stop to the resume, in nanoseconds.
+    pub recovery_ns: u64,
 }
 
 impl Counters {
@@ -75,6 +84,21 @@ impl Counters {
             let _ = write!(s, " ({} clear-to-send writes)", self.cts_writes);
         }
         let _ = write!(s, ", {} polls ({} empty)", self.polls, self.empty_polls);
+        if self.recoveries > 0 {
+            let _ = write!(
+                s,
+                ", {} recoveries ({} QPs rebuilt",
+                self.recoveries, self.qps_rebuilt
+            );
+            if sending {
+                let _ = write!(
+                    s,
+                    ", {} sends replayed ({} bytes)",
+                    self.sends_replayed, self.bytes_replayed
+                );
+            }
+            let _ = write!(s, ", {} ms in recovery)", self.recovery_ns / 1_000_000);
+        }
         s
     }
 }
@@ -108,5 +132,32 @@ mod tests {
                 .contains("12 send posts, 0 receive posts (0 clear-to-send writes), 30 polls")
         );
         assert!(!c.summary(false).contains("truncated"));
+        assert!(
+            !c.summary(true).contains("recover"),
+            "a comm that never recovered says nothing of it"
+        );
+    }
+
+    #[test]
+    fn a_comm_that_recovered_says_how_often_and_what_it_cost() {
+        let c = Counters {
+            recoveries: 2,
+            qps_rebuilt: 8,
+            sends_replayed: 3,
+            bytes_replayed: 4096,
+            recovery_ns: 1_500_000_000,
+            ..Counters::default()
+        };
+        assert!(
+            c.summary(true).ends_with(
+                ", 0 polls (0 empty), 2 recoveries (8 QPs rebuilt, 3 sends replayed (4096 bytes), 1500 ms in recovery)"
+            ),
+            "{}",
+            c.summary(true)
+        );
+        assert!(
+            c.summary(false)
+                .ends_with(", 2 recoveries (8 QPs rebuilt, 1500 ms in recovery)")
+        );
     }
 }

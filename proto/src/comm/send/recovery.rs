@@ -1,0 +1,188 @@
+//! The send side of recovery in place: stopping (a failure seen here, or the peer's request),
+//! applying the receiver's report of what arrived, the list of shares to replay, and resuming.
+//! The rules are in [`crate::recovery`] and `docs/DESIGN.md`, "Recovery in place".
+
+use super::{SendCore, slot};
+use crate::SLOTS;
+use crate::comm::CoreError;
+use crate::comm::wr_id::WrId;
+use crate::recovery::{ReceiverState, RecoveryError, ReplayGroup};
+use std::time::Duration;
+
+/// The QPs of a group as a bit mask (bit `q` for QP `q`).
+fn mask_of(qps: std::ops::Range<usize>) -> u128 {
+    qps.filter(|&q| q < 128).fold(0, |m, q| m | (1u128 << q))
+}
+
+impl SendCore {
+    /// The most one recovery may take; zero (the default) turns recovery off, and a failure
+    /// fails the comm as it always did.
+    pub fn set_recovery_budget(&mut self, budget: Duration) {
+        self.recovery.set_budget(budget);
+    }
+
+    /// The comm's QPs failed (`cause` says how): the comm stops at the next epoch (a failure
+    /// during a recovery restarts it) and the new epoch is returned, to be sent to the peer.
+    /// From now on `isend` is retried and completions of the old QPs are ignored.
+    pub fn begin_recovery(&mut self, now: Duration, cause: &str) -> Result<u32, RecoveryError> {
+        self.recovery_usable(now)?;
+        let old = self.recovery.epoch();
+        let epoch = self.recovery.stop(now, cause)?;
+        self.entered(old, epoch);
+        Ok(epoch)
+    }
+
+    /// The peer asked to recover at `epoch`: a later epoch than this side's stops (or
+    /// restarts) it there (`Ok(true)`: answer with the same request); the current or an older
+    /// one changes nothing.
+    pub fn on_peer_recover(&mut self, epoch: u32, now: Duration) -> Result<bool, RecoveryError> {
+        self.recovery_usable(now)?;
+        let old = self.recovery.epoch();
+        let new = self.recovery.adopt(epoch, now)?;
+        if new {
+            self.entered(old, epoch);
+        }
+        Ok(new)
+    }
+
+    fn entered(&mut self, old: u32, epoch: u32) {
+        self.health.counters.recoveries += u64::from(epoch - old);
+        self.peer_state_applied = false;
+    }
+
+    /// Refuses a failed comm, and fails one whose recovery ran out of budget.
+    fn recovery_usable(&mut self, now: Duration) -> Result<(), RecoveryError> {
+        self.health.check().map_err(RecoveryError::Failed)?;
+        self.check_recovery(now).map_err(|e| match e {
+            CoreError::Failed(f) => RecoveryError::Failed(f),
+            other => RecoveryError::Inconsistent(other.to_string()),
+        })
+    }
+
+    /// At every look while stopped: fails the comm (sticky) when its recovery has run past
+    /// the budget, with a failure naming what was pending and what was tried.
+    pub fn check_recovery(&mut self, now: Duration) -> Result<(), CoreError> {
+        if self.recovery.is_stopped() && self.recovery.expired(now) {
+            let pending = format!(
+                "{}; {} groups posted and not yet delivered",
+                self.describe_wait(),
+                self.undelivered()
+            );
+            let f = self.recovery.gave_up(now, "send", &pending);
+            return Err(self.health.fail(f).clone().into());
+        }
+        Ok(())
+    }
+
+    fn undelivered(&self) -> usize {
+        self.inflight.iter().filter(|f| f.remaining > 0).count()
+    }
+
+    /// Applies the receiver's report of the current epoch: groups it completed are delivered
+    /// (their sends are done), the others are replayed on the QPs whose immediates did not
+    /// arrive. A report of another epoch is refused; one that contradicts what this side saw
+    /// (a group acknowledged here but incomplete there, a group written here that the receiver
+    /// never posted) fails with [`RecoveryError::Inconsistent`].
+    pub fn apply_peer_state(&mut self, st: &ReceiverState) -> Result<(), RecoveryError> {
+        self.health.check().map_err(RecoveryError::Failed)?;
+        self.recovery.expect(st.epoch)?;
+        if !st.is_well_formed() {
+            return Err(RecoveryError::Inconsistent(format!(
+                "a malformed report ({} groups outstanding of {} posted)",
+                st.outstanding.len(),
+                st.next_seq
+            )));
+        }
+        if st.next_seq < self.seq {
+            return Err(RecoveryError::Inconsistent(format!(
+                "the receiver posted {} groups, the sender wrote {}",
+                st.next_seq, self.seq
+            )));
+        }
+        for g in st.outstanding.iter().filter(|g| g.seq < self.seq) {
+            let f = &self.inflight[slot(g.seq)];
+            if f.seq != g.seq || f.remaining == 0 {
+                return Err(RecoveryError::Inconsistent(format!(
+                    "group {} is incomplete at the receiver but every write of it was acknowledged here",
+                    g.seq
+                )));
+            }
+        }
+        for s in 0..SLOTS {
+            let f = self.inflight[s];
+            if f.remaining == 0 {
+                continue;
+            }
+            match st.arrivals(f.seq) {
+                None => self.deliver_slot(s),
+                Some(arrived) => {
+                    let missing = mask_of(self.layout.group_qps(f.seq)) & !arrived;
+                    if missing == 0 {
+                        return Err(RecoveryError::Inconsistent(format!(
+                            "group {} has every immediate at the receiver but is not complete",
+                            f.seq
+                        )));
+                    }
+                    let f = &mut self.inflight[s];
+                    f.replay = missing;
+                    f.remaining = missing.count_ones();
+                }
+            }
+        }
+        self.peer_state_applied = true;
+        Ok(())
+    }
+
+    /// A group's writes all arrived: its sends are done.
+    fn deliver_slot(&mut self, s: usize) {
+        let f = &mut self.inflight[s];
+        f.remaining = 0;
+        f.replay = 0;
+        for &r in &f.reqs[..f.n] {
+            if let Some(q) = self.reqs.get_mut(r) {
+                q.done = true;
+            }
+        }
+    }
+
+    /// The shares to write again once the comm resumes, by increasing sequence number (so each
+    /// QP gets them in the order the receiver reposts its receives), in the current epoch.
+    pub fn replay(&self) -> impl Iterator<Item = ReplayGroup<'_>> {
+        let epoch = self.recovery.epoch();
+        (self.seq.saturating_sub(SLOTS as u64)..self.seq).filter_map(move |seq| {
+            let f = &self.inflight[slot(seq)];
+            (f.seq == seq && f.replay != 0 && f.remaining > 0).then_some(ReplayGroup {
+                seq,
+                qps: f.replay,
+                items: &f.items[..f.n],
+                reqs: &f.reqs[..f.n],
+                wr_id: WrId::Send { seq }.encode_in(epoch),
+            })
+        })
+    }
+
+    /// The receiver resumed at `epoch` (its QPs are rebuilt and its receives reposted): the
+    /// comm runs again; the transport writes [`SendCore::replay`] first, then new groups.
+    pub fn resume(&mut self, epoch: u32, now: Duration) -> Result<(), RecoveryError> {
+        self.health.check().map_err(RecoveryError::Failed)?;
+        self.recovery.expect(epoch)?;
+        if !self.peer_state_applied {
+            return Err(RecoveryError::NotReady(
+                "the receiver's state was not applied before its resume",
+            ));
+        }
+        let (mut sends, mut bytes) = (0, 0);
+        for g in self.replay() {
+            sends += g.items().len() as u64;
+            bytes += g.bytes(&self.layout);
+        }
+        let c = &mut self.health.counters;
+        c.sends_replayed += sends;
+        c.bytes_replayed += bytes;
+        c.qps_rebuilt += self.layout.nqps as u64;
+        let took = self.recovery.finish(now);
+        c.recovery_ns += u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.last_wait = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,183 @@
+//! Recovery in place: the rules by which a comm whose QPs failed, and whose peer is alive, is
+//! brought back without losing or repeating a message (see `docs/DESIGN.md`, "Recovery in
+//! place"). Pure: the transport rebuilds the QPs and moves the messages over the out-of-band
+//! connection; everything decided lives here and in the cores' recovery methods
+//! (`comm::send::recovery`, `comm::recv::recovery`).
+//!
+//! This module owns:
+//! - [`Recovery`]: one comm's epoch (which QPs' completions count), whether it is stopped, the
+//!   budget (a `Duration`; zero turns recovery off) and the time spent;
+//! - [`snapshot`]: what the receiver reports when it stops ([`ReceiverState`]: for every
+//!   outstanding group, which QPs' immediates arrived), the truth both sides recover to;
+//! - [`plan`]: what the sender replays ([`ReplayGroup`]: the QP shares of a group whose
+//!   immediates did not arrive) and the writes that carry it.
+
+pub mod plan;
+pub mod snapshot;
+
+pub use plan::ReplayGroup;
+pub use snapshot::{GroupArrivals, ReceiverState};
+
+use crate::health::Failure;
+use std::fmt;
+use std::time::Duration;
+
+/// Why a recovery step was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryError {
+    /// Recovery is off (a budget of zero): the comm fails as it always did.
+    Off,
+    /// A message or call names another epoch than the comm's current one.
+    WrongEpoch { got: u32, want: u32 },
+    /// A step that needs a stopped comm (or the previous step) came too early.
+    NotReady(&'static str),
+    /// The peer's report contradicts what this side knows (never happens between two correct
+    /// peers); the comm fails.
+    Inconsistent(String),
+    /// The comm failed (the budget ran out, or it had failed before): its failure.
+    Failed(Failure),
+}
+
+impl fmt::Display for RecoveryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecoveryError::Off => f.write_str("recovery in place is off (budget 0)"),
+            RecoveryError::WrongEpoch { got, want } => write!(
+                f,
+                "recovery message of epoch {got} while the comm is at epoch {want}"
+            ),
+            RecoveryError::NotReady(what) => write!(f, "recovery step out of order: {what}"),
+            RecoveryError::Inconsistent(what) => {
+                write!(f, "the peer's recovery state contradicts ours: {what}")
+            }
+            RecoveryError::Failed(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RecoveryError {}
+
+/// One comm's recovery bookkeeping: its epoch, whether it is stopped, the budget and the time.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    /// The most time one recovery may take, from the first stop to the resume; zero is off.
+    budget: Duration,
+    /// The current epoch: work posted in it is the only work whose completions count.
+    epoch: u32,
+    stopped: bool,
+    /// When the current recovery began (its first stop), while one is under way.
+    since: Option<Duration>,
+    /// Epochs entered in the current recovery: 1, plus one per restart.
+    attempts: u32,
+    /// Why the comm stopped, last time.
+    cause: String,
+}
+
+impl Recovery {
+    /// The budget of one recovery; zero turns recovery off (the comm fails as it always did).
+    pub fn set_budget(&mut self, budget: Duration) {
+        self.budget = budget;
+    }
+
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        !self.budget.is_zero()
+    }
+
+    /// The current epoch (0 until the comm first stops).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Whether the comm is stopped: no work is posted and no completion counts until it
+    /// resumes.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Whether a completion of work posted in epoch `wr_epoch` (modulo 256, from its `wr_id`)
+    /// counts: the comm runs and the work is of its current epoch.
+    pub fn counts(&self, wr_epoch: u8) -> bool {
+        !self.stopped && wr_epoch == self.epoch as u8
+    }
+
+    /// Stops the comm at the next epoch (a first failure, or a second one during recovery,
+    /// which restarts it). Returns the new epoch.
+    pub fn stop(&mut self, now: Duration, cause: &str) -> Result<u32, RecoveryError> {
+        self.enter(self.epoch + 1, now, cause)
+    }
+
+    /// The peer stopped at `epoch`: a later epoch than ours stops (or restarts) this side at
+    /// it; ours is nothing new (`Ok(false)`); an earlier one is a stale message, ignored too.
+    pub fn adopt(&mut self, epoch: u32, now: Duration) -> Result<bool, RecoveryError> {
+        if epoch <= self.epoch {
+            return Ok(false);
+        }
+        self.enter(epoch, now, "the peer asked to recover")
+            .map(|_| true)
+    }
+
+    fn enter(&mut self, epoch: u32, now: Duration, cause: &str) -> Result<u32, RecoveryError> {
+        if !self.is_enabled() {
+            return Err(RecoveryError::Off);
+        }
+        let since = *self.since.get_or_insert(now);
+        if now.saturating_sub(since) > self.budget {
+            return Err(RecoveryError::NotReady("the recovery budget is spent"));
+        }
+        self.epoch = epoch;
+        self.stopped = true;
+        self.attempts += 1;
+        cause.clone_into(&mut self.cause);
+        Ok(epoch)
+    }
+
+    /// A message of epoch `got` is for the current recovery.
+    pub fn expect(&self, got: u32) -> Result<(), RecoveryError> {
+        if !self.stopped {
+            return Err(RecoveryError::NotReady("the comm is not recovering"));
+        }
+        if got != self.epoch {
+            return Err(RecoveryError::WrongEpoch {
+                got,
+                want: self.epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// The comm runs again at its current epoch; returns the time the recovery took.
+    pub fn finish(&mut self, now: Duration) -> Duration {
+        self.stopped = false;
+        self.attempts = 0;
+        self.since
+            .take()
+            .map_or(Duration::ZERO, |s| now.saturating_sub(s))
+    }
+
+    /// Whether the recovery under way has run past its budget at `now`.
+    pub fn expired(&self, now: Duration) -> bool {
+        self.since
+            .is_some_and(|s| now.saturating_sub(s) > self.budget)
+    }
+
+    /// The failure of a recovery that ran out of budget: what stopped the comm, what was
+    /// tried, and (`pending`) what the comm still waited for.
+    pub fn gave_up(&self, now: Duration, side: &str, pending: &str) -> Failure {
+        let took = self.since.map_or(Duration::ZERO, |s| now.saturating_sub(s));
+        Failure::remote(format!(
+            "{side} comm: recovery in place gave up after {:.1} s (budget {:.1} s): {} attempt(s) up to epoch {}, the last after {}; {pending}",
+            took.as_secs_f64(),
+            self.budget.as_secs_f64(),
+            self.attempts,
+            self.epoch,
+            self.cause
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;
