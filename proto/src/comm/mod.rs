@@ -20,6 +20,7 @@
 //! Nothing here reads a clock or touches memory the NIC writes: the transport passes in what it
 //! read (FIFO entries, sizes) through small closures or values.
 
+pub mod recovering;
 pub mod recv;
 pub mod requests;
 pub mod send;

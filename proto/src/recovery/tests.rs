@@ -2,6 +2,7 @@
 //! report and the replay, the budget, and recovery turned off.
 
 use super::*;
+use crate::comm::recovering::Recovering;
 use crate::comm::recv::{PostRecv, RecvBuf, RecvCore, RecvStep};
 use crate::comm::send::{SendCore, SendStep, SendWait};
 use crate::comm::wr_id::WrId;

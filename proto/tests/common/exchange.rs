@@ -2,6 +2,7 @@
 //! notices, and how each side answers the other's messages.
 
 use super::{Cut, Notice, Wire};
+use ferro_proto::comm::recovering::Recovering;
 use ferro_proto::recovery::RecoveryError;
 use ferro_proto::wire::{self, Msg};
 use std::collections::VecDeque;

@@ -10,6 +10,7 @@
 use ferro_proto::MAX_DEVS;
 use ferro_proto::MAX_RECVS;
 use ferro_proto::comm::Done;
+use ferro_proto::comm::recovering::Recovering;
 use ferro_proto::comm::recv::{CtsWrite, RecvBuf, RecvCore, RecvStep};
 use ferro_proto::comm::send::{SEND_REQS, SendCore, SendStep};
 use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE, FIFO_BYTES, SIZES_BYTES};

@@ -5,9 +5,10 @@
 //! `docs/DESIGN.md`, "Recovery in place".
 
 use super::{CtsWrite, RecvCore, RecvReq};
-use crate::comm::CoreError;
+use crate::comm::recovering::Recovering;
 use crate::comm::wr_id::WrId;
-use crate::recovery::{GroupArrivals, ReceiverState, RecoveryError};
+use crate::health::CommHealth;
+use crate::recovery::{GroupArrivals, ReceiverState, Recovery, RecoveryError};
 use std::time::Duration;
 
 /// Receives to post again for one outstanding group: one on each QP in `qps` (bit `q` for QP
@@ -47,56 +48,23 @@ pub struct RecvResume {
     pub cts: Option<CtsWrite>,
 }
 
+impl Recovering for RecvCore {
+    const SIDE: &'static str = "receive";
+
+    fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    fn recovery_parts(&mut self) -> (&mut Recovery, &mut CommHealth) {
+        (&mut self.recovery, &mut self.health)
+    }
+
+    fn recovery_pending(&self) -> String {
+        self.describe_wait()
+    }
+}
+
 impl RecvCore {
-    /// The most one recovery may take; zero (the default) turns recovery off, and a failure
-    /// fails the comm as it always did.
-    pub fn set_recovery_budget(&mut self, budget: Duration) {
-        self.recovery.set_budget(budget);
-    }
-
-    /// The comm's QPs failed (`cause` says how): the comm stops at the next epoch (a failure
-    /// during a recovery restarts it) and the new epoch is returned, to be sent to the peer
-    /// with [`RecvCore::receiver_state`]. The transport drains its completion queues into the
-    /// core before, with its QPs already in the error state, so nothing arrives after.
-    pub fn begin_recovery(&mut self, now: Duration, cause: &str) -> Result<u32, RecoveryError> {
-        self.recovery_usable(now)?;
-        let old = self.recovery.epoch();
-        let epoch = self.recovery.stop(now, cause)?;
-        self.health.counters.recoveries += u64::from(epoch - old);
-        Ok(epoch)
-    }
-
-    /// The peer asked to recover at `epoch`: a later epoch than this side's stops (or
-    /// restarts) it there (`Ok(true)`: answer with the same request and the state); the
-    /// current or an older one changes nothing.
-    pub fn on_peer_recover(&mut self, epoch: u32, now: Duration) -> Result<bool, RecoveryError> {
-        self.recovery_usable(now)?;
-        let old = self.recovery.epoch();
-        let new = self.recovery.adopt(epoch, now)?;
-        if new {
-            self.health.counters.recoveries += u64::from(epoch - old);
-        }
-        Ok(new)
-    }
-
-    fn recovery_usable(&mut self, now: Duration) -> Result<(), RecoveryError> {
-        self.health.check().map_err(RecoveryError::Failed)?;
-        self.check_recovery(now).map_err(|e| match e {
-            CoreError::Failed(f) => RecoveryError::Failed(f),
-            other => RecoveryError::Inconsistent(other.to_string()),
-        })
-    }
-
-    /// At every look while stopped: fails the comm (sticky) when its recovery has run past
-    /// the budget, with a failure naming what was pending and what was tried.
-    pub fn check_recovery(&mut self, now: Duration) -> Result<(), CoreError> {
-        if self.recovery.is_stopped() && self.recovery.expired(now) {
-            let f = self.recovery.gave_up(now, "receive", &self.describe_wait());
-            return Err(self.health.fail(f).clone().into());
-        }
-        Ok(())
-    }
-
     /// The report of a stopped comm: the groups posted and, for each one not complete, which
     /// QPs' immediates arrived.
     pub fn receiver_state(&self) -> Result<ReceiverState, RecoveryError> {

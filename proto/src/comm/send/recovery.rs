@@ -4,9 +4,10 @@
 
 use super::{SendCore, slot};
 use crate::SLOTS;
-use crate::comm::CoreError;
+use crate::comm::recovering::Recovering;
 use crate::comm::wr_id::WrId;
-use crate::recovery::{ReceiverState, RecoveryError, ReplayGroup};
+use crate::health::CommHealth;
+use crate::recovery::{ReceiverState, Recovery, RecoveryError, ReplayGroup};
 use std::time::Duration;
 
 /// The QPs of a group as a bit mask (bit `q` for QP `q`).
@@ -14,66 +15,31 @@ fn mask_of(qps: std::ops::Range<usize>) -> u128 {
     qps.filter(|&q| q < 128).fold(0, |m, q| m | (1u128 << q))
 }
 
-impl SendCore {
-    /// The most one recovery may take; zero (the default) turns recovery off, and a failure
-    /// fails the comm as it always did.
-    pub fn set_recovery_budget(&mut self, budget: Duration) {
-        self.recovery.set_budget(budget);
+impl Recovering for SendCore {
+    const SIDE: &'static str = "send";
+
+    fn recovery(&self) -> &Recovery {
+        &self.recovery
     }
 
-    /// The comm's QPs failed (`cause` says how): the comm stops at the next epoch (a failure
-    /// during a recovery restarts it) and the new epoch is returned, to be sent to the peer.
-    /// From now on `isend` is retried and completions of the old QPs are ignored.
-    pub fn begin_recovery(&mut self, now: Duration, cause: &str) -> Result<u32, RecoveryError> {
-        self.recovery_usable(now)?;
-        let old = self.recovery.epoch();
-        let epoch = self.recovery.stop(now, cause)?;
-        self.entered(old, epoch);
-        Ok(epoch)
+    fn recovery_parts(&mut self) -> (&mut Recovery, &mut CommHealth) {
+        (&mut self.recovery, &mut self.health)
     }
 
-    /// The peer asked to recover at `epoch`: a later epoch than this side's stops (or
-    /// restarts) it there (`Ok(true)`: answer with the same request); the current or an older
-    /// one changes nothing.
-    pub fn on_peer_recover(&mut self, epoch: u32, now: Duration) -> Result<bool, RecoveryError> {
-        self.recovery_usable(now)?;
-        let old = self.recovery.epoch();
-        let new = self.recovery.adopt(epoch, now)?;
-        if new {
-            self.entered(old, epoch);
-        }
-        Ok(new)
+    fn recovery_pending(&self) -> String {
+        format!(
+            "{}; {} groups posted and not yet delivered",
+            self.describe_wait(),
+            self.undelivered()
+        )
     }
 
-    fn entered(&mut self, old: u32, epoch: u32) {
-        self.health.counters.recoveries += u64::from(epoch - old);
+    fn entered_epoch(&mut self) {
         self.peer_state_applied = false;
     }
+}
 
-    /// Refuses a failed comm, and fails one whose recovery ran out of budget.
-    fn recovery_usable(&mut self, now: Duration) -> Result<(), RecoveryError> {
-        self.health.check().map_err(RecoveryError::Failed)?;
-        self.check_recovery(now).map_err(|e| match e {
-            CoreError::Failed(f) => RecoveryError::Failed(f),
-            other => RecoveryError::Inconsistent(other.to_string()),
-        })
-    }
-
-    /// At every look while stopped: fails the comm (sticky) when its recovery has run past
-    /// the budget, with a failure naming what was pending and what was tried.
-    pub fn check_recovery(&mut self, now: Duration) -> Result<(), CoreError> {
-        if self.recovery.is_stopped() && self.recovery.expired(now) {
-            let pending = format!(
-                "{}; {} groups posted and not yet delivered",
-                self.describe_wait(),
-                self.undelivered()
-            );
-            let f = self.recovery.gave_up(now, "send", &pending);
-            return Err(self.health.fail(f).clone().into());
-        }
-        Ok(())
-    }
-
+impl SendCore {
     fn undelivered(&self) -> usize {
         self.inflight.iter().filter(|f| f.remaining > 0).count()
     }
