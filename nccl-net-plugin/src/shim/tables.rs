@@ -128,22 +128,14 @@ unsafe extern "C" fn listen(
     boundary("listen", || core::listen(dev, handle, listen_comm))
 }
 
+/// `connect` of the v8 to v9 tables: a send larger than the posted receive is truncated to it.
 unsafe extern "C" fn connect(
     dev: c_int,
     handle: *mut c_void,
     send_comm: *mut *mut c_void,
     send_dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> ncclResult_t {
-    boundary("connect", || {
-        core::connect(
-            dev,
-            None,
-            Oversize::Truncate,
-            handle,
-            send_comm,
-            send_dev_comm,
-        )
-    })
+    connect_with(Oversize::Truncate, dev, handle, send_comm, send_dev_comm)
 }
 
 /// v7 (NCCL 2.19): its comms refuse a send larger than the posted receive, as 2.19's IB
@@ -154,15 +146,19 @@ unsafe extern "C" fn connect_v7(
     send_comm: *mut *mut c_void,
     send_dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> ncclResult_t {
+    connect_with(Oversize::Refuse, dev, handle, send_comm, send_dev_comm)
+}
+
+/// The body both `connect` entries without a traffic class share.
+fn connect_with(
+    oversize: Oversize,
+    dev: c_int,
+    handle: *mut c_void,
+    send_comm: *mut *mut c_void,
+    send_dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
+) -> ncclResult_t {
     boundary("connect", || {
-        core::connect(
-            dev,
-            None,
-            Oversize::Refuse,
-            handle,
-            send_comm,
-            send_dev_comm,
-        )
+        core::connect(dev, None, oversize, handle, send_comm, send_dev_comm)
     })
 }
 
