@@ -5,7 +5,7 @@
 
 use super::comm::{Comm, ReqHandle};
 use super::handshake::ListenComm;
-use super::objects::{CLOSED_MAGIC, ObjectKind, magic_of};
+use super::objects::{ObjectKind, magic_of, poison};
 use super::registration::MrHandle;
 use crate::error::{Error, Result};
 use crate::info;
@@ -97,10 +97,9 @@ pub unsafe fn close(p: *mut core::ffi::c_void, kind: ObjectKind) -> Result<()> {
         // Before anything else: no other thread may reach the comm once its end begins.
         Comm::withdraw(p.cast());
     }
-    // The magic word is overwritten next, so that a later use of the dangling pointer is
-    // likely caught by the magic check (it is still undefined behaviour; NCCL never does it).
-    // SAFETY: the magic says `p` is a live object of ours whose first field is the u64 magic.
-    unsafe { p.cast::<u64>().write_volatile(CLOSED_MAGIC) };
+    // The magic word is overwritten next.
+    // SAFETY: the magic says `p` is a live object of ours; no reference to it is held here.
+    unsafe { poison(p) };
     match kind {
         // SAFETY: allocated by Box::into_raw in the shim; closing ends its life exactly once.
         ObjectKind::ListenComm => drop(unsafe { Box::from_raw(p.cast::<ListenComm>()) }),

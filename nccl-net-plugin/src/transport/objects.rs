@@ -15,7 +15,7 @@ pub enum ObjectKind {
 }
 
 /// The word a closed comm's magic is overwritten with.
-pub(super) const CLOSED_MAGIC: u64 = 0x434c_4f53_4544_2121; // "CLOSED!!"
+const CLOSED_MAGIC: u64 = 0x434c_4f53_4544_2121; // "CLOSED!!"
 
 impl ObjectKind {
     pub const fn magic(self) -> u64 {
@@ -46,4 +46,17 @@ impl ObjectKind {
 pub(super) unsafe fn magic_of(p: *const core::ffi::c_void) -> Option<u64> {
     // SAFETY: per the contract.
     (!p.is_null()).then(|| unsafe { p.cast::<u64>().read() })
+}
+
+/// Overwrites the magic word of an object whose end has begun with [`CLOSED_MAGIC`], by a
+/// volatile write (a plain store right before the free could be dropped by the compiler), so
+/// that a later use of the dangling pointer, such as a second `close` or `deregMr`, is likely
+/// caught by the magic check (it is still undefined behaviour; NCCL never does it).
+///
+/// # Safety
+/// `p` points to a live object of this plugin whose magic was checked (its first field is the
+/// u64 magic word), and no reference to it is alive.
+pub(super) unsafe fn poison(p: *mut core::ffi::c_void) {
+    // SAFETY: per the contract.
+    unsafe { p.cast::<u64>().write_volatile(CLOSED_MAGIC) };
 }

@@ -4,7 +4,7 @@
 //! registration per member device (each through that device's cache and protection domain).
 
 use super::comm::Comm;
-use super::objects::{CLOSED_MAGIC, ObjectKind, magic_of};
+use super::objects::{ObjectKind, magic_of, poison};
 use crate::error::{Error, Result};
 use crate::plugin::{self, NetDevice};
 use ferro_proto::Keys;
@@ -259,11 +259,9 @@ pub unsafe fn dereg_mr(p: *mut core::ffi::c_void) -> Result<()> {
     first_err
 }
 
-/// Takes a memory handle back from NCCL: checks its magic word, overwrites it with
-/// [`CLOSED_MAGIC`] by a volatile write (which the compiler may not drop, though the memory is
-/// freed right after), and returns the box to free. A later use of the dangling pointer, such as
-/// a second `deregMr`, is then likely caught by the magic check (it is still undefined
-/// behaviour; NCCL never does it).
+/// Takes a memory handle back from NCCL: checks its magic word, poisons it
+/// ([`super::objects::poison`]: a second `deregMr` is then likely refused) and returns the box
+/// to free.
 ///
 /// # Safety
 /// As [`dereg_mr`].
@@ -274,8 +272,8 @@ unsafe fn retire(p: *mut core::ffi::c_void) -> Result<Box<MrHandle>> {
             "deregMr of a pointer that is not a memory handle of this plugin (or one already deregistered)".into(),
         ));
     }
-    // SAFETY: the magic says `p` is a live MrHandle, whose first field is the u64 magic word.
-    unsafe { p.cast::<u64>().write_volatile(CLOSED_MAGIC) };
+    // SAFETY: the magic says `p` is a live MrHandle; no reference to it is held here.
+    unsafe { poison(p) };
     // SAFETY: allocated by Box::into_raw in the shim; deregMr ends its life exactly once.
     Ok(unsafe { Box::from_raw(p.cast::<MrHandle>()) })
 }
