@@ -111,6 +111,22 @@ pub enum Msg {
     },
 }
 
+impl Msg {
+    /// The message's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Msg::Connect(_) => Kind::Connect,
+            Msg::Accept(_) => Kind::Accept,
+            Msg::Ready => Kind::Ready,
+            Msg::Reject(_) => Kind::Reject,
+            Msg::Recover { .. } => Kind::Recover,
+            Msg::ReceiverState(_) => Kind::ReceiverState,
+            Msg::Rebuilt { .. } => Kind::Rebuilt,
+            Msg::Resume { .. } => Kind::Resume,
+        }
+    }
+}
+
 /// Why bytes from a peer were refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WireError {

@@ -6,7 +6,8 @@
 
 use super::CoreError;
 use crate::health::CommHealth;
-use crate::recovery::{Recovery, RecoveryError};
+use crate::recovery::{Recovery, RecoveryError, Step};
+use crate::wire::Msg;
 use std::time::Duration;
 
 /// A protocol core that can recover in place.
@@ -26,10 +27,42 @@ pub trait Recovering {
     /// Called once the comm entered a later epoch (its counters already moved).
     fn entered_epoch(&mut self) {}
 
+    /// What this side tells the peer when it enters `epoch`: `Recover`, and the receiver's
+    /// report after it.
+    fn stop_messages(&self, epoch: u32) -> Result<Vec<Msg>, RecoveryError>;
+
+    /// A recovery message from the peer: what to answer (possibly nothing). Stale messages
+    /// (of an earlier epoch) are ignored; one this side never expects fails the step with
+    /// [`RecoveryError::Inconsistent`].
+    fn on_recovery_msg(&mut self, msg: Msg, now: Duration) -> Result<Vec<Msg>, RecoveryError>;
+
+    /// What the transport does next ([`Step`]).
+    fn recovery_step(&self) -> Step;
+
+    /// The comm's QPs failed (`cause`): it stops at the next epoch; returns what to tell the
+    /// peer ([`Recovering::stop_messages`]).
+    fn start_recovery(&mut self, now: Duration, cause: &str) -> Result<Vec<Msg>, RecoveryError> {
+        let epoch = self.begin_recovery(now, cause)?;
+        self.stop_messages(epoch)
+    }
+
+    /// This side's QPs of the current epoch exist (numbers in the handshake's QP order): the
+    /// message that tells the peer.
+    fn qps_rebuilt(&mut self, qpns: Vec<u32>) -> Msg {
+        let r = self.recovery_parts().0;
+        r.mark_rebuilt();
+        Msg::Rebuilt {
+            epoch: r.epoch(),
+            qpns,
+        }
+    }
+
     /// The most one recovery may take; zero (the default) turns recovery off, and a failure
     /// fails the comm as it always did.
     fn set_recovery_budget(&mut self, budget: Duration) {
-        self.recovery_parts().0.set_budget(budget);
+        let (r, h) = self.recovery_parts();
+        r.set_budget(budget);
+        h.set_recover_in_place(!budget.is_zero());
     }
 
     /// The comm's QPs failed (`cause` says how): the comm stops at the next epoch (a failure

@@ -132,6 +132,18 @@ impl DeviceFault {
     }
 }
 
+impl DeviceFault {
+    /// Whether recovery in place can repair it: the port went down (it may come back, or the
+    /// comm's share moves to another member), or one of the comm's QPs failed. A fatal device
+    /// error and a CQ error cannot be repaired by rebuilding QPs.
+    pub fn is_repairable(&self) -> bool {
+        matches!(
+            self.cause,
+            DeviceCause::PortDown { .. } | DeviceCause::Qp { .. }
+        )
+    }
+}
+
 impl fmt::Display for DeviceFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(m) = &self.member {

@@ -57,6 +57,8 @@ pub struct Look {
     pub socket: Socket,
     /// Whether the comm has work outstanding.
     pub waiting: bool,
+    /// Whether the comm is stopped for recovery in place.
+    pub recovering: bool,
 }
 
 /// A work completion that came back with an error status, with the member device it was

@@ -89,6 +89,9 @@ pub struct CommHealth {
     /// `NCCL_IB_RETURN_ASYNC_EVENTS`: `true` (1, the default) when the device's events fail the
     /// comms they affect; `false` (0) when they are only logged.
     return_async_events: bool,
+    /// Recovery in place is on for the comm (a budget above zero): a port that goes down or a
+    /// QP error event starts a recovery instead of failing the comm.
+    recover_in_place: bool,
     pub counters: Counters,
 }
 
@@ -99,6 +102,7 @@ impl Default for CommHealth {
             liveness: LivenessCounter::default(),
             watchdog: watchdog::Watchdog::new(Duration::ZERO),
             return_async_events: true,
+            recover_in_place: false,
             counters: Counters::default(),
         }
     }
@@ -138,6 +142,16 @@ impl CommHealth {
         self.return_async_events = fail_on_events;
     }
 
+    /// Whether device faults that recovery in place can repair start a recovery (on) or fail
+    /// the comm (off, as before recovery existed). Set with the comm's recovery budget.
+    pub fn set_recover_in_place(&mut self, on: bool) {
+        self.recover_in_place = on;
+    }
+
+    pub fn recovers_in_place(&self) -> bool {
+        self.recover_in_place
+    }
+
     /// The watchdog's check at time `now` (read by the caller at its periodic look); `waiting`
     /// says whether the comm has work outstanding. Progress is any new completion or request.
     pub fn check_stall(&mut self, now: Duration, waiting: bool) -> Option<watchdog::Stall> {
@@ -147,7 +161,12 @@ impl CommHealth {
 
     /// The verdict of one periodic look, in this order:
     /// 1. a device fault (with `NCCL_IB_RETURN_ASYNC_EVENTS=1`; with 0 the events were only
-    ///    logged when they were read): poll once more, then fail (system);
+    ///    logged when they were read): with recovery in place on, a fault it can repair (the
+    ///    port went down, an error event on one of the comm's QPs) starts a recovery when the
+    ///    comm has work outstanding and is not already recovering (a port down under an idle
+    ///    comm is only logged, NCCL's meaning: its QPs may be unharmed, and a later failed
+    ///    completion recovers them); any other fault, or any fault with recovery off: poll once
+    ///    more, then fail (system);
     /// 2. a dead peer (its out-of-band connection closed, reset or timed out): poll once more,
     ///    then fail (remote);
     /// 3. the stall watchdog: a WARN when the comm with work outstanding has made no progress
@@ -155,7 +174,12 @@ impl CommHealth {
     /// 4. otherwise continue.
     pub fn decide(&mut self, look: Look) -> Verdict {
         if let Some(d) = look.device.filter(|_| self.return_async_events) {
-            return Verdict::PollThenFail(Fault::Device(d));
+            if !(self.recover_in_place && d.is_repairable()) {
+                return Verdict::PollThenFail(Fault::Device(d));
+            }
+            if look.waiting && !look.recovering {
+                return Verdict::Recover(d.to_string());
+            }
         }
         if let Socket::Gone(how) = look.socket {
             return Verdict::PollThenFail(Fault::PeerGone(how));

@@ -24,6 +24,7 @@ fn look(now: u64, device: Option<DeviceFault>, socket: Socket) -> Look {
         device,
         socket,
         waiting: true,
+        recovering: false,
     }
 }
 
@@ -188,7 +189,7 @@ fn a_failed_completion_is_the_peers_failure() {
         opcode: 1,
         qp_num: 17,
     };
-    let f = failure_of(failed_completion(COMM, &wc));
+    let f = failure_of(failed_completion(COMM, &wc, false));
     assert_eq!(f.kind, FailureKind::Remote);
     assert_eq!(
         f.message,
@@ -289,4 +290,110 @@ fn a_failure_notice_round_trips_and_other_bytes_are_no_notice() {
     assert_eq!(decode_notice(&encode_notice(why)).as_deref(), Some(why));
     assert_eq!(decode_notice(b"hello"), None);
     assert_eq!(decode_notice(b""), None);
+}
+
+fn retry_exceeded(status: u32) -> FailedCompletion<'static> {
+    FailedCompletion {
+        device: "rxe1",
+        port: 1,
+        status,
+        status_name: "IBV_WC_RETRY_EXC_ERR",
+        vendor_err: 0,
+        opcode: 1,
+        qp_num: 17,
+    }
+}
+
+#[test]
+fn with_recovery_on_a_path_failure_recovers_and_an_access_error_still_fails() {
+    let v = failed_completion(COMM, &retry_exceeded(12), true);
+    assert_eq!(
+        v,
+        Verdict::Recover(
+            "work completion failed on rxe1:1: IBV_WC_RETRY_EXC_ERR (status 12, vendor error 0x0, opcode 1, QP 17)"
+                .into()
+        )
+    );
+    for flushed_or_path in [5, 7, 12, 13, 16, 19, 20, 21] {
+        assert!(matches!(
+            failed_completion(COMM, &retry_exceeded(flushed_or_path), true),
+            Verdict::Recover(_)
+        ));
+    }
+    // Length, protection and access errors are the same after a rebuild.
+    for bug in [1, 2, 4, 8, 9, 10, 11] {
+        assert!(matches!(
+            failed_completion(COMM, &retry_exceeded(bug), true),
+            Verdict::Fail(_)
+        ));
+    }
+}
+
+fn recovering_health() -> CommHealth {
+    let mut h = health(60);
+    h.set_recover_in_place(true);
+    h
+}
+
+#[test]
+fn with_recovery_on_a_port_down_under_waiting_work_recovers_instead_of_failing() {
+    let mut h = recovering_health();
+    assert_eq!(
+        h.decide(look(0, Some(port_down()), Socket::Quiet)),
+        Verdict::Recover("rxe0 port 1 went down (IBV_EVENT_PORT_ERR)".into())
+    );
+}
+
+#[test]
+fn a_port_down_under_an_idle_comm_is_only_logged_as_nccl_does() {
+    let mut h = recovering_health();
+    let idle = Look {
+        waiting: false,
+        ..look(0, Some(port_down()), Socket::Quiet)
+    };
+    assert_eq!(h.decide(idle), Verdict::Continue);
+}
+
+#[test]
+fn a_comm_already_recovering_waits_for_its_port_instead_of_recovering_again() {
+    let mut h = recovering_health();
+    let stopped = Look {
+        recovering: true,
+        ..look(0, Some(port_down()), Socket::Quiet)
+    };
+    assert_eq!(h.decide(stopped), Verdict::Continue);
+}
+
+#[test]
+fn a_dead_peer_fails_a_recovering_comm_all_the_same() {
+    let mut h = recovering_health();
+    let stopped = Look {
+        recovering: true,
+        ..look(0, Some(port_down()), Socket::Gone(PeerGone::Closed))
+    };
+    assert!(matches!(
+        h.decide(stopped),
+        Verdict::PollThenFail(Fault::PeerGone(PeerGone::Closed))
+    ));
+}
+
+#[test]
+fn a_fatal_device_error_fails_the_comm_even_with_recovery_on() {
+    let mut h = recovering_health();
+    let mut d = DeviceHealth::new("rxe0");
+    d.apply(DeviceEvent::DeviceFatal);
+    let fatal = d.verdict_for(1, |_| false, 0);
+    assert!(matches!(
+        h.decide(look(0, fatal, Socket::Quiet)),
+        Verdict::PollThenFail(Fault::Device(_))
+    ));
+}
+
+#[test]
+fn with_recovery_off_a_port_down_fails_the_comm_as_before() {
+    let mut h = health(60);
+    assert!(matches!(
+        h.decide(look(0, Some(port_down()), Socket::Quiet)),
+        Verdict::PollThenFail(Fault::Device(_))
+    ));
 }

@@ -8,9 +8,11 @@ use super::watchdog::Stall;
 use std::fmt;
 
 /// What the transport does about a comm, after a look or a fact met while polling or posting.
-/// A policy that recovers comms in place would add its answer here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
+    /// The comm's QPs failed but its peer may be alive: recover in place (see
+    /// [`crate::recovery`]); the text says what failed.
+    Recover(String),
     /// Nothing to do: keep waiting.
     Continue,
     /// The comm has made no progress for a while: log one WARN
@@ -73,14 +75,32 @@ impl fmt::Display for PeerGoneReason<'_> {
     }
 }
 
-/// The verdict on a work completion with an error status: the peer's failure, at once (a
-/// failed completion is never retried; this is where a policy that recovers would decide
-/// otherwise).
-pub fn failed_completion(comm: &str, wc: &FailedCompletion<'_>) -> Verdict {
-    Verdict::Fail(Failure::remote(format!(
-        "{comm}: work completion failed on {}:{}: {} (status {}, vendor error {:#x}, opcode {}, QP {})",
+/// Whether a failed work completion's status says the path failed (the link, the QP, the
+/// peer's QP, the device): what recovery in place can repair. The others (length, protection
+/// and access errors, a remote invalid request) are the same again after a rebuild: a bug or a
+/// bad buffer, never recovered.
+pub fn is_path_failure(status: u32) -> bool {
+    matches!(
+        status,
+        // WR_FLUSH_ERR, BAD_RESP_ERR, RETRY_EXC_ERR, RNR_RETRY_EXC_ERR, REM_ABORT_ERR,
+        // FATAL_ERR, RESP_TIMEOUT_ERR, GENERAL_ERR
+        5 | 7 | 12 | 13 | 16 | 19 | 20 | 21
+    )
+}
+
+/// The verdict on a work completion with an error status. With recovery in place on
+/// (`recover`) a path failure is recovered; otherwise (and for every other status) it is the
+/// peer's failure, at once: a failed completion is never retried as it is.
+pub fn failed_completion(comm: &str, wc: &FailedCompletion<'_>, recover: bool) -> Verdict {
+    let what = format!(
+        "work completion failed on {}:{}: {} (status {}, vendor error {:#x}, opcode {}, QP {})",
         wc.device, wc.port, wc.status_name, wc.status, wc.vendor_err, wc.opcode, wc.qp_num
-    )))
+    );
+    if recover && is_path_failure(wc.status) {
+        Verdict::Recover(what)
+    } else {
+        Verdict::Fail(Failure::remote(format!("{comm}: {what}")))
+    }
 }
 
 /// The verdict on a post or poll that libibverbs refused: the system's failure, at once. `what`

@@ -57,7 +57,24 @@ impl fmt::Display for RecoveryError {
 
 impl std::error::Error for RecoveryError {}
 
-/// One comm's recovery bookkeeping: its epoch, whether it is stopped, the budget and the time.
+/// What the transport does next for a comm ([`crate::comm::recovering::Recovering::recovery_step`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// The comm runs: nothing to do.
+    Run,
+    /// Stopped: wait for the peer's next message.
+    Wait,
+    /// Stopped: rebuild this side's QPs (once the device can carry them: its port is active),
+    /// then report them ([`Recovering::qps_rebuilt`](crate::comm::recovering::Recovering::qps_rebuilt)).
+    Rebuild,
+    /// Stopped: connect this side's QPs to the peer's rebuilt ones (these numbers, in the
+    /// handshake's QP order). The sender rebuilds its QPs first and then reports them; the
+    /// receiver, whose QPs were rebuilt before, then resumes.
+    Connect(Vec<u32>),
+}
+
+/// One comm's recovery bookkeeping: its epoch, whether it is stopped, the budget and the time,
+/// and where the exchange of the current epoch stands.
 #[derive(Debug, Default)]
 pub struct Recovery {
     /// The most time one recovery may take, from the first stop to the resume; zero is off.
@@ -71,6 +88,13 @@ pub struct Recovery {
     attempts: u32,
     /// Why the comm stopped, last time.
     cause: String,
+    /// A failure seen while the comm ran (a failed completion), not yet acted on: the
+    /// transport stops the comm at its next step.
+    wanted: Option<String>,
+    /// This side's QPs of the current epoch were rebuilt (and the peer told).
+    rebuilt: bool,
+    /// The peer's rebuilt QPs of the current epoch, from its `Rebuilt`.
+    peer_qpns: Option<Vec<u32>>,
 }
 
 impl Recovery {
@@ -132,7 +156,59 @@ impl Recovery {
         self.stopped = true;
         self.attempts += 1;
         cause.clone_into(&mut self.cause);
+        self.wanted = None;
+        self.rebuilt = false;
+        self.peer_qpns = None;
         Ok(epoch)
+    }
+
+    /// A failure seen while the comm runs (`cause` says what): recovery is wanted, and the
+    /// transport stops the comm at its next step. The first cause is kept; ignored when
+    /// recovery is off or the comm is already stopped (a flushed completion of the QPs being
+    /// torn down is no news).
+    pub fn want(&mut self, cause: &str) {
+        if self.is_enabled() && !self.stopped && self.wanted.is_none() {
+            self.wanted = Some(cause.to_string());
+        }
+    }
+
+    /// The cause of a wanted recovery, taken.
+    pub fn take_wanted(&mut self) -> Option<String> {
+        self.wanted.take()
+    }
+
+    /// Whether a recovery is wanted and not yet begun.
+    pub fn is_wanted(&self) -> bool {
+        self.wanted.is_some()
+    }
+
+    /// Whether the peer's message stops this side at a later epoch than its own (the
+    /// transport quiesces its QPs first: the receiver's report must hold every immediate that
+    /// arrived).
+    pub fn is_news(&self, msg: &crate::wire::Msg) -> bool {
+        matches!(msg, crate::wire::Msg::Recover { epoch } if *epoch > self.epoch)
+    }
+
+    /// The peer's QPs of `epoch` were rebuilt: kept for the connect step if `epoch` is the
+    /// current recovery's (an older one is stale and ignored).
+    pub fn set_peer_qpns(&mut self, epoch: u32, qpns: Vec<u32>) {
+        if self.stopped && epoch == self.epoch {
+            self.peer_qpns = Some(qpns);
+        }
+    }
+
+    /// The peer's rebuilt QPs of the current epoch, once known.
+    pub fn peer_qpns(&self) -> Option<&[u32]> {
+        self.peer_qpns.as_deref()
+    }
+
+    /// This side's QPs of the current epoch exist.
+    pub fn mark_rebuilt(&mut self) {
+        self.rebuilt = true;
+    }
+
+    pub fn is_rebuilt(&self) -> bool {
+        self.rebuilt
     }
 
     /// A message of epoch `got` is for the current recovery.
@@ -153,6 +229,8 @@ impl Recovery {
     pub fn finish(&mut self, now: Duration) -> Duration {
         self.stopped = false;
         self.attempts = 0;
+        self.rebuilt = false;
+        self.peer_qpns = None;
         self.since
             .take()
             .map_or(Duration::ZERO, |s| now.saturating_sub(s))

@@ -9,6 +9,7 @@ use crate::comm::wr_id::WrId;
 use crate::comm::{CoreError, Done};
 use crate::fifo::CtsEntry;
 use crate::plan::{QpLayout, SizesSlot};
+use crate::wire::Msg;
 use crate::{MAX_DEVS, MAX_RECVS};
 
 const fn s(secs: u64) -> Duration {
@@ -398,4 +399,114 @@ fn a_receivers_report_has_room_for_every_group_of_eight_buffers() {
     let st = c.receiver_state().unwrap();
     assert_eq!(st.outstanding.len(), crate::SLOTS);
     assert!(st.is_well_formed());
+}
+
+#[test]
+fn the_exchange_runs_in_order_the_receiver_reports_and_rebuilds_then_the_sender_connects_then_both_resume()
+ {
+    let layout = QpLayout::new(2, false, 1, 1);
+    let (mut snd, _) = sender(layout, 2);
+    let (mut rcv, _) = receiver(layout, 2);
+    assert_eq!(rcv.recovery_step(), Step::Run);
+    // The receiver sees the failure: it says so with its report, then rebuilds.
+    let said = rcv.start_recovery(s(1), "port down").unwrap();
+    assert!(matches!(
+        said[..],
+        [Msg::Recover { epoch: 1 }, Msg::ReceiverState(_)]
+    ));
+    assert_eq!(rcv.recovery_step(), Step::Rebuild);
+    let rebuilt = rcv.qps_rebuilt(vec![70, 71]);
+    assert_eq!(
+        rcv.recovery_step(),
+        Step::Wait,
+        "until the sender's QPs exist"
+    );
+    // The sender adopts the epoch and answers with its own Recover.
+    let mut answers = Vec::new();
+    for m in said {
+        answers.extend(snd.on_recovery_msg(m, s(1)).unwrap());
+    }
+    assert_eq!(answers, [Msg::Recover { epoch: 1 }]);
+    assert_eq!(
+        snd.recovery_step(),
+        Step::Wait,
+        "no QPs of the receiver yet"
+    );
+    assert!(snd.on_recovery_msg(rebuilt, s(1)).unwrap().is_empty());
+    assert_eq!(snd.recovery_step(), Step::Connect(vec![70, 71]));
+    let own = snd.qps_rebuilt(vec![80, 81]);
+    assert_eq!(
+        snd.recovery_step(),
+        Step::Wait,
+        "connected once; waits for Resume"
+    );
+    // The receiver's own Recover echoed back is no news.
+    assert!(
+        rcv.on_recovery_msg(Msg::Recover { epoch: 1 }, s(1))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(rcv.on_recovery_msg(own, s(1)).unwrap().is_empty());
+    assert_eq!(rcv.recovery_step(), Step::Connect(vec![80, 81]));
+    let r = rcv.resume(1, s(2)).unwrap();
+    assert_eq!(rcv.recovery_step(), Step::Run);
+    assert_eq!(r.reposts.len(), 2);
+    snd.on_recovery_msg(Msg::Resume { epoch: 1 }, s(2)).unwrap();
+    assert_eq!(snd.recovery_step(), Step::Run);
+    assert_eq!(snd.replay().count(), 2, "both groups, no immediate arrived");
+}
+
+#[test]
+fn a_rebuild_of_an_older_epoch_is_ignored_and_the_next_epoch_rebuilds_again() {
+    let layout = QpLayout::new(1, false, 1, 1);
+    let (mut rcv, _) = receiver(layout, 1);
+    rcv.start_recovery(s(1), "port down").unwrap();
+    rcv.qps_rebuilt(vec![5]);
+    // A second failure before the sender answered: epoch 2 needs its own QPs.
+    rcv.start_recovery(s(2), "QP error").unwrap();
+    assert_eq!(rcv.recovery_step(), Step::Rebuild);
+    rcv.qps_rebuilt(vec![6]);
+    rcv.on_recovery_msg(
+        Msg::Rebuilt {
+            epoch: 1,
+            qpns: vec![9],
+        },
+        s(2),
+    )
+    .unwrap();
+    assert_eq!(
+        rcv.recovery_step(),
+        Step::Wait,
+        "the sender's epoch-1 QPs are stale"
+    );
+}
+
+#[test]
+fn a_message_a_side_never_expects_fails_the_step() {
+    let layout = QpLayout::new(1, false, 1, 1);
+    let (mut rcv, _) = receiver(layout, 1);
+    rcv.start_recovery(s(1), "port down").unwrap();
+    let e = rcv
+        .on_recovery_msg(Msg::Resume { epoch: 1 }, s(1))
+        .unwrap_err();
+    assert!(matches!(e, RecoveryError::Inconsistent(_)), "{e}");
+    let (mut snd, _) = sender(layout, 1);
+    let e = snd.on_recovery_msg(Msg::Ready, s(1)).unwrap_err();
+    assert!(matches!(e, RecoveryError::Inconsistent(_)), "{e}");
+}
+
+#[test]
+fn a_failure_seen_while_running_is_wanted_once_and_forgotten_when_the_comm_stops() {
+    let mut r = Recovery::default();
+    r.want("flushed");
+    assert!(!r.is_wanted(), "recovery off: nothing is wanted");
+    r.set_budget(BUDGET);
+    r.want("retry exceeded");
+    r.want("flushed");
+    assert_eq!(r.take_wanted().as_deref(), Some("retry exceeded"));
+    r.want("again");
+    r.stop(s(1), "again").unwrap();
+    assert!(!r.is_wanted());
+    r.want("flushed while stopped");
+    assert!(!r.is_wanted());
 }

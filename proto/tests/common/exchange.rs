@@ -3,7 +3,7 @@
 
 use super::{Cut, Notice, Wire};
 use ferro_proto::comm::recovering::Recovering;
-use ferro_proto::recovery::RecoveryError;
+use ferro_proto::recovery::{RecoveryError, Step};
 use ferro_proto::wire::{self, Msg};
 use std::collections::VecDeque;
 
@@ -97,32 +97,24 @@ impl Wire {
     }
 
     pub(crate) fn send_notices(&mut self) {
-        let epoch = self
+        let msgs = self
             .send
-            .begin_recovery(self.now, "QP error")
+            .start_recovery(self.now, "QP error")
             .expect("sender stops");
-        self.tell_receiver(&Msg::Recover { epoch });
+        for m in &msgs {
+            self.tell_receiver(m);
+        }
     }
 
     pub(crate) fn recv_notices(&mut self) {
-        let epoch = self
+        let msgs = self
             .recv
-            .begin_recovery(self.now, "QP error")
+            .start_recovery(self.now, "QP error")
             .expect("receiver stops");
-        self.receiver_stopped(epoch);
-    }
-
-    /// The receiver stopped at `epoch`: it says so, reports its state, and offers its rebuilt
-    /// QPs (the fake's QP numbers name the epoch).
-    pub(crate) fn receiver_stopped(&mut self, epoch: u32) {
-        self.tell_sender(&Msg::Recover { epoch });
-        let st = self
-            .recv
-            .receiver_state()
-            .expect("a stopped receiver reports");
-        self.tell_sender(&Msg::ReceiverState(st));
-        let qpns = (0..self.nqps as u32).map(|q| epoch * 1000 + q).collect();
-        self.tell_sender(&Msg::Rebuilt { epoch, qpns });
+        for m in &msgs {
+            self.tell_sender(m);
+        }
+        self.recv_steps();
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Msg {
@@ -133,46 +125,64 @@ impl Wire {
             .expect("a whole message")
     }
 
+    /// The receiver takes the step its core asks for: rebuild its QPs (the fake's QP numbers
+    /// name the epoch) and report them, or connect them to the sender's and resume.
+    fn recv_steps(&mut self) {
+        match self.recv.recovery_step() {
+            Step::Rebuild => {
+                let epoch = self.recv.recovery.epoch();
+                let qpns = (0..self.nqps as u32).map(|q| epoch * 1000 + q).collect();
+                let m = self.recv.qps_rebuilt(qpns);
+                self.tell_sender(&m);
+            }
+            Step::Connect(qpns) => {
+                assert_eq!(qpns.len(), self.nqps);
+                let epoch = self.recv.recovery.epoch();
+                assert_eq!(
+                    qpns[0],
+                    epoch * 1000 + 500,
+                    "the sender's QPs of this epoch"
+                );
+                // Both sides' QPs of this epoch exist: the old ones are destroyed with
+                // whatever they still held, the new ones connected.
+                self.kill();
+                self.alive = true;
+                let r = self.recv.resume(epoch, self.now).expect("receiver resumes");
+                for p in &r.reposts {
+                    for q in p.qps() {
+                        self.post_recv_wr(q, p.wr_id(q), p.seq);
+                    }
+                }
+                if let Some(w) = &r.cts {
+                    self.execute_cts(w);
+                }
+                for (wr, imm) in std::mem::take(&mut self.stale_recv) {
+                    self.immediate(wr, imm);
+                }
+                self.tell_sender(&Msg::Resume { epoch });
+            }
+            Step::Run | Step::Wait => {}
+        }
+    }
+
     /// The receiver reads one message from the sender.
     pub(crate) fn recv_reads(&mut self) -> bool {
         let Some(bytes) = self.to_recv.pop_front() else {
             return false;
         };
-        match Wire::decode(&bytes) {
-            Msg::Recover { epoch } => {
-                if self.recv.on_peer_recover(epoch, self.now).expect("recover") {
-                    self.receiver_stopped(epoch);
-                }
-            }
-            Msg::Rebuilt { epoch, qpns } => {
-                assert_eq!(qpns.len(), self.nqps);
-                if self.recv.recovery.is_stopped() && epoch == self.recv.recovery.epoch() {
-                    // Both sides' QPs of this epoch exist: the old ones are destroyed with
-                    // whatever they still held, the new ones connected.
-                    self.kill();
-                    self.alive = true;
-                    let r = self.recv.resume(epoch, self.now).expect("receiver resumes");
-                    for p in &r.reposts {
-                        for q in p.qps() {
-                            self.post_recv_wr(q, p.wr_id(q), p.seq);
-                        }
-                    }
-                    if let Some(w) = &r.cts {
-                        self.execute_cts(w);
-                    }
-                    for (wr, imm) in std::mem::take(&mut self.stale_recv) {
-                        self.immediate(wr, imm);
-                    }
-                    self.tell_sender(&Msg::Resume { epoch });
-                } else {
-                    assert!(
-                        epoch < self.recv.recovery.epoch(),
-                        "a rebuild from the future"
-                    );
-                }
-            }
-            other => panic!("the receiver got {other:?}"),
+        let msg = Wire::decode(&bytes);
+        assert!(
+            matches!(msg, Msg::Recover { .. } | Msg::Rebuilt { .. }),
+            "the receiver got {msg:?}"
+        );
+        let answer = self
+            .recv
+            .on_recovery_msg(msg, self.now)
+            .expect("the receiver takes the sender's message");
+        for m in &answer {
+            self.tell_sender(m);
         }
+        self.recv_steps();
         true
     }
 
@@ -181,45 +191,41 @@ impl Wire {
         let Some(bytes) = self.to_send.pop_front() else {
             return false;
         };
-        let current =
-            |w: &Wire, e: u32| w.send.recovery.is_stopped() && e == w.send.recovery.epoch();
-        match Wire::decode(&bytes) {
-            Msg::Recover { epoch } => {
-                if self.send.on_peer_recover(epoch, self.now).expect("recover") {
-                    self.tell_receiver(&Msg::Recover { epoch });
-                }
+        let msg = Wire::decode(&bytes);
+        let was_stopped = self.send.recovery.is_stopped();
+        let answer = match self.send.on_recovery_msg(msg.clone(), self.now) {
+            Ok(a) => a,
+            Err(RecoveryError::NotReady(_)) => {
+                let Msg::ReceiverState(st) = &msg else {
+                    panic!("{msg:?} refused as early");
+                };
+                assert!(
+                    st.epoch <= self.send.recovery.epoch(),
+                    "a state of an epoch not entered"
+                );
+                Vec::new()
             }
-            Msg::ReceiverState(st) => match self.send.apply_peer_state(&st) {
-                Ok(()) => {}
-                Err(RecoveryError::WrongEpoch { got, want }) => assert!(got < want),
-                Err(RecoveryError::NotReady(_)) => {
-                    assert!(
-                        st.epoch <= self.send.recovery.epoch(),
-                        "a state of an epoch not entered"
-                    );
-                }
-                Err(e) => panic!("{e}"),
-            },
-            Msg::Rebuilt { epoch, .. } => {
-                if current(self, epoch) {
-                    let qpns = (0..self.nqps as u32)
-                        .map(|q| epoch * 1000 + 500 + q)
-                        .collect();
-                    self.tell_receiver(&Msg::Rebuilt { epoch, qpns });
-                }
+            Err(e) => panic!("{e}"),
+        };
+        for m in &answer {
+            self.tell_receiver(m);
+        }
+        if let Step::Connect(qpns) = self.send.recovery_step() {
+            let epoch = self.send.recovery.epoch();
+            assert_eq!(qpns[0], epoch * 1000, "the receiver's QPs of this epoch");
+            let own = (0..self.nqps as u32)
+                .map(|q| epoch * 1000 + 500 + q)
+                .collect();
+            let m = self.send.qps_rebuilt(own);
+            self.tell_receiver(&m);
+        }
+        if was_stopped && !self.send.recovery.is_stopped() {
+            self.replay();
+            for wr in std::mem::take(&mut self.stale_send) {
+                self.send.handle_completion(wr);
             }
-            Msg::Resume { epoch } => {
-                if current(self, epoch) {
-                    self.send.resume(epoch, self.now).expect("sender resumes");
-                    self.replay();
-                    for wr in std::mem::take(&mut self.stale_send) {
-                        self.send.handle_completion(wr);
-                    }
-                    // NCCL tests at any time: a send finished early gives its buffer back now.
-                    self.test_sends();
-                }
-            }
-            other => panic!("the sender got {other:?}"),
+            // NCCL tests at any time: a send finished early gives its buffer back now.
+            self.test_sends();
         }
         true
     }

@@ -8,7 +8,8 @@ use super::{CtsWrite, RecvCore, RecvReq};
 use crate::comm::recovering::Recovering;
 use crate::comm::wr_id::WrId;
 use crate::health::CommHealth;
-use crate::recovery::{GroupArrivals, ReceiverState, Recovery, RecoveryError};
+use crate::recovery::{GroupArrivals, ReceiverState, Recovery, RecoveryError, Step};
+use crate::wire::Msg;
 use std::time::Duration;
 
 /// Receives to post again for one outstanding group: one on each QP in `qps` (bit `q` for QP
@@ -61,6 +62,48 @@ impl Recovering for RecvCore {
 
     fn recovery_pending(&self) -> String {
         self.describe_wait()
+    }
+
+    fn stop_messages(&self, epoch: u32) -> Result<Vec<Msg>, RecoveryError> {
+        Ok(vec![
+            Msg::Recover { epoch },
+            Msg::ReceiverState(self.receiver_state()?),
+        ])
+    }
+
+    fn on_recovery_msg(&mut self, msg: Msg, now: Duration) -> Result<Vec<Msg>, RecoveryError> {
+        match msg {
+            Msg::Recover { epoch } => {
+                if self.on_peer_recover(epoch, now)? {
+                    self.stop_messages(epoch)
+                } else {
+                    Ok(Vec::new())
+                }
+            }
+            Msg::Rebuilt { epoch, qpns } => {
+                self.recovery.set_peer_qpns(epoch, qpns);
+                Ok(Vec::new())
+            }
+            other => Err(RecoveryError::Inconsistent(format!(
+                "the receive comm got {:?} during recovery",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// Stopped: rebuild this side's QPs first (and report them), then connect them to the
+    /// sender's once its `Rebuilt` came, then resume ([`RecvCore::resume`]) and say so.
+    fn recovery_step(&self) -> Step {
+        let r = &self.recovery;
+        if !r.is_stopped() {
+            Step::Run
+        } else if !r.is_rebuilt() {
+            Step::Rebuild
+        } else if let Some(q) = r.peer_qpns() {
+            Step::Connect(q.to_vec())
+        } else {
+            Step::Wait
+        }
     }
 }
 

@@ -7,7 +7,8 @@ use crate::SLOTS;
 use crate::comm::recovering::Recovering;
 use crate::comm::wr_id::WrId;
 use crate::health::CommHealth;
-use crate::recovery::{ReceiverState, Recovery, RecoveryError, ReplayGroup};
+use crate::recovery::{ReceiverState, Recovery, RecoveryError, ReplayGroup, Step};
+use crate::wire::Msg;
 use std::time::Duration;
 
 /// The QPs of a group as a bit mask (bit `q` for QP `q`).
@@ -36,6 +37,51 @@ impl Recovering for SendCore {
 
     fn entered_epoch(&mut self) {
         self.peer_state_applied = false;
+    }
+
+    fn stop_messages(&self, epoch: u32) -> Result<Vec<Msg>, RecoveryError> {
+        Ok(vec![Msg::Recover { epoch }])
+    }
+
+    fn on_recovery_msg(&mut self, msg: Msg, now: Duration) -> Result<Vec<Msg>, RecoveryError> {
+        match msg {
+            Msg::Recover { epoch } => Ok(if self.on_peer_recover(epoch, now)? {
+                vec![Msg::Recover { epoch }]
+            } else {
+                Vec::new()
+            }),
+            Msg::ReceiverState(st) => match self.apply_peer_state(&st) {
+                Err(RecoveryError::WrongEpoch { got, want }) if got < want => Ok(Vec::new()),
+                other => other.map(|()| Vec::new()),
+            },
+            Msg::Rebuilt { epoch, qpns } => {
+                self.recovery.set_peer_qpns(epoch, qpns);
+                Ok(Vec::new())
+            }
+            Msg::Resume { epoch } => {
+                if self.recovery.is_stopped() && epoch == self.recovery.epoch() {
+                    self.resume(epoch, now)?;
+                }
+                Ok(Vec::new())
+            }
+            other => Err(RecoveryError::Inconsistent(format!(
+                "the send comm got {:?} during recovery",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// Stopped: wait for the receiver's report and its rebuilt QPs, then rebuild and connect
+    /// this side's to them (once), then wait for its `Resume`.
+    fn recovery_step(&self) -> Step {
+        let r = &self.recovery;
+        if !r.is_stopped() {
+            return Step::Run;
+        }
+        match r.peer_qpns() {
+            Some(q) if self.peer_state_applied && !r.is_rebuilt() => Step::Connect(q.to_vec()),
+            _ => Step::Wait,
+        }
     }
 }
 
