@@ -106,6 +106,11 @@ settings! {
     /// `FERRO_STALL_WARN_S`: seconds without progress before a comm with work outstanding
     /// logs a stall warning (then again at doubling intervals); 0 disables.
     stall_warn_s: u32 = "FERRO_STALL_WARN_S", 60, int(0, 86_400);
+    /// `FERRO_RECOVERY_BUDGET_S`: the most seconds one recovery in place of a comm may take,
+    /// from its stop to its resume (a link flap, a QP error; see the design's "Recovery in
+    /// place"); 0 turns recovery off: a port down, a QP error event or a failed completion fails
+    /// the comm at once.
+    recovery_budget_s: u32 = "FERRO_RECOVERY_BUDGET_S", 30, int(0, 3_600);
     /// `FERRO_IBVERBS_LIB`: the libibverbs to open instead of `libibverbs.so.1` (a path or a
     /// name the dynamic loader finds).
     ibverbs_lib: Option<String> = "FERRO_IBVERBS_LIB", None, text;

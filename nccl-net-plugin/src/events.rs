@@ -121,6 +121,30 @@ impl DeviceEvents {
         self.drain(&mut h);
     }
 
+    /// Forgets the error events recorded against QP `qpn` (its comm rebuilt or destroyed it).
+    pub fn forget_qp(&self, qpn: u32) {
+        self.health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget_qp(qpn);
+    }
+
+    /// Forgets the error events recorded against the CQ at `cq` (its comm destroyed it).
+    pub fn forget_cq(&self, cq: usize) {
+        self.health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget_cq(cq);
+    }
+
+    /// Reads pending events, then says whether `port` is down (its last event was
+    /// `IBV_EVENT_PORT_ERR`).
+    pub fn is_port_down(&self, port: u8) -> bool {
+        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        self.drain(&mut h);
+        h.is_port_down(port)
+    }
+
     /// Reads pending events, then says why a comm on `port` whose QPs are those for which
     /// `uses_qp` is true, with the CQ at `cq`, cannot go on, if it cannot
     /// ([`DeviceHealth::verdict_for`]). Allocates nothing unless it has something to say.

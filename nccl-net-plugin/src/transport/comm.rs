@@ -70,6 +70,46 @@ pub(super) enum Side {
     },
 }
 
+/// What the out-of-band connection brought after the handshake: the recovery exchange's
+/// messages, decoded and queued until the comm's recovery takes them (only read and taken while
+/// the core's lock is held). The peer's failure notice is told apart by its first bytes.
+#[derive(Debug, Default)]
+pub(super) struct OobRx {
+    reader: ferro_proto::wire::Reader,
+    msgs: std::collections::VecDeque<ferro_proto::wire::Msg>,
+}
+
+impl OobRx {
+    /// Takes bytes read from the socket; returns the peer's failure notice if they are one.
+    /// Bytes that are neither (never sent by a peer of ours) are dropped, as before recovery.
+    pub(super) fn push(&mut self, bytes: &[u8]) -> Option<String> {
+        if self.reader.received() == 0 {
+            if let Some(why) = ferro_proto::health::facts::decode_notice(bytes) {
+                return Some(why);
+            }
+        }
+        self.reader.push(bytes);
+        loop {
+            match self.reader.poll() {
+                Ok(Some(m)) => self.msgs.push_back(m),
+                Ok(None) => return None,
+                Err(_) => {
+                    self.reader = ferro_proto::wire::Reader::new();
+                    return None;
+                }
+            }
+        }
+    }
+
+    pub(super) fn has_messages(&self) -> bool {
+        !self.msgs.is_empty()
+    }
+
+    pub(super) fn pop(&mut self) -> Option<ferro_proto::wire::Msg> {
+        self.msgs.pop_front()
+    }
+}
+
 /// A connected send or receive comm.
 #[derive(Debug)]
 #[repr(C)]
@@ -80,6 +120,8 @@ pub struct Comm {
     pub(super) side: Side,
     pub(super) sock: TcpStream,
     pub(super) peer: SocketAddr,
+    /// The recovery messages read from `sock`.
+    pub(super) oob: Mutex<OobRx>,
     handles: Box<[ReqHandle]>,
     /// NCCL profiler events of this comm's work (v10+; empty without a profiler).
     pub(crate) profiler: crate::profiler::CommEvents,
@@ -254,6 +296,7 @@ impl Comm {
             side,
             sock,
             peer,
+            oob: Mutex::new(OobRx::default()),
             handles: Box::new([]),
             profiler: Default::default(),
         }));
@@ -311,6 +354,23 @@ impl Comm {
                 self.describe()
             ),
         }
+    }
+
+    /// Tells the peer why this end failed: the failure notice on the out-of-band socket, then
+    /// the end of what this side writes on it. The socket is non-blocking and the notice far
+    /// smaller than its buffer; if it cannot be written, the peer still sees the comm end
+    /// when it is closed.
+    pub(super) fn notify_peer(&self, f: &Failure) {
+        use std::io::Write;
+        let notice = ferro_proto::health::facts::encode_notice(&f.message);
+        if let Err(e) = (&self.sock).write_all(&notice) {
+            crate::warn!(
+                ferro_ffi::log_flags::NET,
+                "{}: could not tell the peer why the comm failed: {e}",
+                self.describe()
+            );
+        }
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
     }
 
     /// A copy of the comm's counters.

@@ -14,7 +14,7 @@ use ferro_proto::plan::{self, QpLayout};
 use ferro_proto::wire::{DevMeta, QpMeta};
 use ferro_verbs::sys::*;
 use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps, Sge};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Path MTU code (`IBV_MTU_*`) for a byte count.
 fn mtu_code(bytes: u32) -> u32 {
@@ -51,6 +51,15 @@ pub(super) struct Endpoint {
     pub(super) traffic_class: u8,
     /// Most bytes one RDMA write may carry on every member (longer chunks go in pieces).
     pub(super) max_write: u32,
+    /// The peer's member devices, from the handshake: what a recovery reconnects to.
+    peer_devs: OnceLock<Vec<DevMeta>>,
+}
+
+/// The packet sequence number both sides start their rebuilt QPs at in recovery epoch `epoch`
+/// (0 in epoch 0, as the handshake's): a packet of an earlier epoch still on the wire falls
+/// outside the new window and is dropped by the receiving QP.
+fn start_psn(epoch: u32) -> u32 {
+    (epoch << 16) & 0xFF_FFFF
 }
 
 impl Endpoint {
@@ -104,6 +113,7 @@ impl Endpoint {
             layout,
             traffic_class,
             max_write: vdev.max_write_bytes(),
+            peer_devs: OnceLock::new(),
         })
     }
 
@@ -148,15 +158,95 @@ impl Endpoint {
                 self.layout.remote_devs
             )));
         }
-        for (q, (qp, &remote_qpn)) in self.qps.iter().zip(&peer.qpns).enumerate() {
-            let remote = &peer.devs[self.layout.remote_dev(q)];
-            self.connect_qp(qp, self.rail_of(q).dev, remote_qpn, remote)?;
+        let _ = self.peer_devs.set(peer.devs.clone());
+        self.connect_to(&peer.qpns, 0)
+    }
+
+    /// INIT -> RTR -> RTS of every data QP against the peer's QPs `qpns` (handshake order) on
+    /// the peer's devices the handshake named, starting at the packet numbers of `epoch`.
+    fn connect_to(&self, qpns: &[u32], epoch: u32) -> Result<()> {
+        let devs = self
+            .peer_devs
+            .get()
+            .ok_or_else(|| Error::Internal("reconnect before the handshake connected".into()))?;
+        if qpns.len() != self.qps.len() {
+            return Err(Error::Remote(format!(
+                "the peer rebuilt {} QPs, this side has {}",
+                qpns.len(),
+                self.qps.len()
+            )));
+        }
+        for (q, (qp, &remote_qpn)) in self.qps.iter().zip(qpns).enumerate() {
+            let remote = &devs[self.layout.remote_dev(q)];
+            self.connect_qp(qp, self.rail_of(q).dev, remote_qpn, remote, epoch)?;
         }
         Ok(())
     }
 
-    /// One QP on `dev`: INIT -> RTR -> RTS against `remote_qpn` on the peer device `peer`.
-    fn connect_qp(&self, qp: &Qp, dev: &NetDevice, remote_qpn: u32, peer: &DevMeta) -> Result<()> {
+    /// Recovery: moves every data QP to the error state, so nothing more is sent or received
+    /// on it and everything posted completes (flushed). A QP already in error stays there.
+    pub(super) fn quiesce(&self) {
+        for qp in &self.qps {
+            let _ = to_state(qp, IBV_QPS_ERR);
+        }
+    }
+
+    /// Recovery: brings every data QP back to INIT (error -> reset -> init: its queues are
+    /// emptied and the QP number is kept), and forgets the device events recorded against
+    /// them. Returns the QP numbers, in the handshake's order.
+    pub(super) fn rebuild(&self) -> Result<Vec<u32>> {
+        for (q, qp) in self.qps.iter().enumerate() {
+            let rail = self.rail_of(q);
+            let _ = to_state(qp, IBV_QPS_ERR);
+            to_state(qp, IBV_QPS_RESET)?;
+            to_init(qp, rail.dev, access::DATA_QP)?;
+            rail.events.forget_qp(qp.qpn());
+        }
+        Ok(self.qps.iter().map(Qp::qpn).collect())
+    }
+
+    /// Recovery: connects the rebuilt QPs to the peer's rebuilt ones of `epoch`.
+    pub(super) fn reconnect(&self, peer_qpns: &[u32], epoch: u32) -> Result<()> {
+        self.connect_to(peer_qpns, epoch)
+    }
+
+    /// Recovery: whether every member device this endpoint's QPs are on can carry them again
+    /// (its port is not recorded down by an event and reports itself ACTIVE); if not, the
+    /// first that cannot, as `device:port`.
+    pub(super) fn port_not_ready(&self) -> Option<String> {
+        self.rails.iter().find_map(|r| {
+            let active = !r.events.is_port_down(r.dev.port)
+                && r.dev
+                    .ctx
+                    .query_port(r.dev.port)
+                    .is_ok_and(|a| a.state == IBV_PORT_ACTIVE);
+            (!active).then(|| format!("{}:{}", r.dev.ibdev, r.dev.port))
+        })
+    }
+
+    /// Recovery: the receiver's flush QPs, each connected to itself again (error -> reset ->
+    /// init -> RTR -> RTS).
+    pub(super) fn rebuild_flush_qps(&self, flush: &[FlushQp]) -> Result<()> {
+        for (f, r) in flush.iter().zip(&self.rails) {
+            let _ = to_state(&f.qp, IBV_QPS_ERR);
+            to_state(&f.qp, IBV_QPS_RESET)?;
+            to_init(&f.qp, r.dev, access::FLUSH_QP)?;
+            self.connect_qp(&f.qp, r.dev, f.qp.qpn(), &dev_meta(r.dev, 0), 0)?;
+            r.events.forget_qp(f.qp.qpn());
+        }
+        Ok(())
+    }
+
+    /// One QP on `dev`: INIT -> RTR -> RTS against `remote_qpn` on the peer device `peer`,
+    /// with the packet numbers of recovery epoch `epoch`.
+    fn connect_qp(
+        &self,
+        qp: &Qp,
+        dev: &NetDevice,
+        remote_qpn: u32,
+        peer: &DevMeta,
+        epoch: u32,
+    ) -> Result<()> {
         let cfg = &plugin::get()?.config;
         let mut ah = ibv_ah_attr {
             dlid: peer.lid,
@@ -179,7 +269,7 @@ impl Endpoint {
             qp_state: IBV_QPS_RTR,
             path_mtu: mtu_code(dev.active_mtu.min(peer.mtu)),
             dest_qp_num: remote_qpn,
-            rq_psn: 0,
+            rq_psn: start_psn(epoch),
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
             ah_attr: ah,
@@ -200,7 +290,7 @@ impl Endpoint {
             timeout: cfg.timeout,
             retry_cnt: cfg.retry_cnt,
             rnr_retry: 7,
-            sq_psn: 0,
+            sq_psn: start_psn(epoch),
             max_rd_atomic: 1,
             ..Default::default()
         };
@@ -251,7 +341,7 @@ impl Endpoint {
             .map(|r| {
                 let qp = Qp::new_rc(&r.pd, &r.cq, &r.cq, caps)?;
                 to_init(&qp, r.dev, access::FLUSH_QP)?;
-                self.connect_qp(&qp, r.dev, qp.qpn(), &dev_meta(r.dev, 0))?;
+                self.connect_qp(&qp, r.dev, qp.qpn(), &dev_meta(r.dev, 0), 0)?;
                 let buf = RegBuf::new(std::slice::from_ref(&r.pd), 4, access::FLUSH_LANDING)?;
                 Ok(FlushQp { qp, buf })
             })
@@ -291,6 +381,29 @@ fn to_init(qp: &Qp, dev: &NetDevice, access: u32) -> Result<()> {
         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
     )?;
     Ok(())
+}
+
+/// A QP to `state` (error or reset), nothing else changed.
+fn to_state(qp: &Qp, state: u32) -> Result<()> {
+    let mut a = ibv_qp_attr {
+        qp_state: state,
+        ..Default::default()
+    };
+    qp.modify(&mut a, IBV_QP_STATE)?;
+    Ok(())
+}
+
+impl Drop for Endpoint {
+    /// The device events recorded against this endpoint's QPs and CQs are forgotten with them,
+    /// so a later comm that gets the same QP number or CQ address starts clean.
+    fn drop(&mut self) {
+        for (q, qp) in self.qps.iter().enumerate() {
+            self.rail_of(q).events.forget_qp(qp.qpn());
+        }
+        for r in &self.rails {
+            r.events.forget_cq(r.cq.as_ptr() as usize);
+        }
+    }
 }
 
 /// The loopback QP of a receive comm that flushes, and its landing buffer.

@@ -17,7 +17,7 @@ use crate::plugin;
 use crate::vnic::{self, VDevice};
 use crate::{info, oob, warn};
 use ferro_ffi::log_flags::{INIT, NET};
-use ferro_proto::comm::CommHealth;
+use ferro_proto::comm::recovering::Recovering;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::{Oversize, SendCore};
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
@@ -101,9 +101,12 @@ fn now() -> Duration {
 }
 
 /// The fault policy's settings of a new comm: `FERRO_STALL_WARN_S` as its stall threshold (zero:
-/// the watchdog is off) and `NCCL_IB_RETURN_ASYNC_EVENTS` (whether device events fail it).
-fn configure_health(health: &mut CommHealth) -> Result<()> {
+/// the watchdog is off), `NCCL_IB_RETURN_ASYNC_EVENTS` (whether device events fail it) and
+/// `FERRO_RECOVERY_BUDGET_S` (recovery in place, zero: off).
+fn configure_health<C: Recovering>(core: &mut C) -> Result<()> {
     let config = &plugin::get()?.config;
+    core.set_recovery_budget(Duration::from_secs(u64::from(config.recovery_budget_s)));
+    let health = core.recovery_parts().1;
     health.set_stall_threshold(Duration::from_secs(u64::from(config.stall_warn_s)));
     health.set_return_async_events(config.return_async_events);
     Ok(())
@@ -309,7 +312,7 @@ impl Setup {
         match std::mem::replace(&mut self.res, Resources::None) {
             Resources::Sender { ep, mem, oversize } => {
                 let mut core = SendCore::new(ep.layout);
-                configure_health(&mut core.health)?;
+                configure_health(&mut core)?;
                 core.set_oversize(oversize);
                 Ok(Ready {
                     ep,
@@ -321,7 +324,7 @@ impl Setup {
             }
             Resources::Receiver { ep, mem, flush } => {
                 let mut core = RecvCore::new(ep.layout);
-                configure_health(&mut core.health)?;
+                configure_health(&mut core)?;
                 Ok(Ready {
                     ep,
                     side: Side::Receiver {

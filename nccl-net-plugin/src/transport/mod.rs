@@ -8,6 +8,8 @@
 //! - [`endpoint`]: QPs and their state transitions, the flush QP, registered protocol buffers;
 //! - [`comm`]: a connected comm (either side), its CQ polling, liveness check and `test`;
 //! - [`send`] / [`recv`]: `isend`, `irecv`, `iflush` and the posts they make;
+//! - [`recovery`]: recovery in place executed: stopping, the exchange on the out-of-band
+//!   connection, rebuilding and reconnecting the QPs, reposting and replaying;
 //! - [`cts`]: the coalesced clear-to-send writes, and the list of receive comms that lets any
 //!   waiting call write out entries another comm holds staged;
 //! - [`registration`]: `regMr`, `regMrDmaBuf`, `deregMr` through the registration cache;
@@ -26,6 +28,7 @@ mod handshake;
 mod objects;
 mod progress;
 mod receivers;
+mod recovery;
 mod recv;
 mod registration;
 mod send;

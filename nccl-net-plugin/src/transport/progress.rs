@@ -11,21 +11,28 @@ use crate::error::{Error, Result};
 use crate::warn;
 use ferro_ffi::log_flags::NET;
 use ferro_proto::MAX_RECVS;
+use ferro_proto::comm::recovering::Recovering;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::comm::{CommHealth, CoreError, Done};
 use ferro_proto::fifo;
-use ferro_proto::health::{FailedCompletion, Look, PeerGone, Socket, Verdict, facts, verdict};
+use ferro_proto::health::{FailedCompletion, Look, PeerGone, Socket, Verdict, verdict};
 use ferro_verbs::sys::*;
 use std::io::{ErrorKind, Read};
 use std::sync::OnceLock;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
+/// One step of a recovery in place for either side's core, executed by the transport (each side
+/// is implemented in `super::recovery`).
+pub(super) trait RecoverOps {
+    /// Takes the steps the core asks for now (stop, answer the peer's messages, rebuild,
+    /// connect, resume, replay), or fails the comm when it cannot.
+    fn drive_recovery(comm: &Comm, core: &mut Self);
+}
+
 /// What `test` and the periodic look need from either side's core.
-pub(super) trait CoreOps {
-    /// "send" or "receive", for messages.
-    const SIDE: &'static str;
+pub(super) trait CoreOps: Recovering + RecoverOps {
     fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
     /// `take_done`, else the comm's failure (`ferro_proto::comm::test_outcome`).
     fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
@@ -36,9 +43,8 @@ pub(super) trait CoreOps {
 }
 
 macro_rules! core_ops {
-    ($t:ty, $side:literal) => {
+    ($t:ty) => {
         impl CoreOps for $t {
-            const SIDE: &'static str = $side;
             fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
                 <$t>::take_done(self, req)
             }
@@ -61,11 +67,11 @@ macro_rules! core_ops {
     };
 }
 
-core_ops!(SendCore, "send");
-core_ops!(RecvCore, "receive");
+core_ops!(SendCore);
+core_ops!(RecvCore);
 
-/// The time since the plugin first looked at the clock: the watchdog's time base.
-fn now() -> Duration {
+/// The time since the plugin first looked at the clock: the watchdog's and recovery's time base.
+pub(super) fn now() -> Duration {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed()
 }
@@ -155,7 +161,8 @@ impl Comm {
                         opcode: wc.opcode,
                         qp_num: wc.qp_num,
                     };
-                    let v = verdict::failed_completion(&self.describe(), &failed);
+                    let recover = core.health().recovers_in_place();
+                    let v = verdict::failed_completion(&self.describe(), &failed, recover);
                     // Inside a poll: the poll under way is the last one.
                     self.execute(core, v, &mut |_| {});
                 }
@@ -166,31 +173,43 @@ impl Comm {
         }
     }
 
-    /// Reads the out-of-band socket. After the handshake the only bytes on it are the peer's
-    /// failure notice (`ferro_proto::health::facts::decode_notice`); otherwise only its end
-    /// (closed, reset, timed out) is a fact.
-    fn socket(&self) -> Socket {
+    /// Reads the out-of-band socket: the recovery messages it brings are queued for
+    /// [`RecoverOps::drive_recovery`]; the peer's failure notice and the connection's end
+    /// (closed, reset, timed out) are the facts returned.
+    pub(super) fn socket(&self) -> Socket {
+        let Ok(mut rx) = self.oob.lock() else {
+            return Socket::Quiet;
+        };
         let mut b = [0u8; 1024];
-        match (&self.sock).read(&mut b) {
-            Ok(0) => Socket::Gone(PeerGone::Closed),
-            Ok(n) => match facts::decode_notice(&b[..n]) {
-                Some(why) => Socket::Gone(PeerGone::Failed(why)),
-                None => Socket::Quiet, // nothing else is expected after the handshake; ignore
-            },
-            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
-                Socket::Quiet
+        loop {
+            match (&self.sock).read(&mut b) {
+                Ok(0) => return Socket::Gone(PeerGone::Closed),
+                Ok(n) => {
+                    if let Some(why) = rx.push(&b[..n]) {
+                        return Socket::Gone(PeerGone::Failed(why));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Socket::Quiet,
+                Err(e) if e.kind() == ErrorKind::TimedOut => {
+                    return Socket::Gone(PeerGone::TimedOut(e.to_string()));
+                }
+                Err(e) => return Socket::Gone(PeerGone::Error(e.to_string())),
             }
-            Err(e) if e.kind() == ErrorKind::TimedOut => {
-                Socket::Gone(PeerGone::TimedOut(e.to_string()))
-            }
-            Err(e) => Socket::Gone(PeerGone::Error(e.to_string())),
         }
     }
 
     /// Called on every call that waits (an unfinished `test`, a retried `isend` or `irecv`):
     /// every so many of them, gather the facts (the device's asynchronous events, the peer's
     /// out-of-band connection, the clock), ask the fault policy, and execute its verdict.
+    ///
+    /// A comm that recovers in place (or wants to) takes its recovery's steps at every call that
+    /// waits, and so does one whose look brought recovery messages from the peer.
     pub(super) fn on_wait<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+        let r = core.recovery();
+        if r.is_stopped() || r.is_wanted() {
+            C::drive_recovery(self, core);
+        }
         if !core.health_mut().look_due() {
             return;
         }
@@ -201,9 +220,14 @@ impl Comm {
             socket: self.socket(),
             now: now(),
             waiting: core.is_waiting(),
+            recovering: core.recovery().is_stopped(),
         };
         let v = core.health_mut().decide(look);
         self.execute(core, v, &mut |c| self.poll(c, &mut on_wc));
+        let news = self.oob.lock().is_ok_and(|rx| rx.has_messages());
+        if core.health().failure().is_none() && (news || core.recovery().is_wanted()) {
+            C::drive_recovery(self, core);
+        }
     }
 
     /// A post or poll that libibverbs refused (`what`: its error): the fault policy's verdict
@@ -230,6 +254,7 @@ impl Comm {
     ) {
         match verdict {
             Verdict::Continue => {}
+            Verdict::Recover(cause) => core.recovery_parts().0.want(&cause),
             Verdict::Warn(stall) => warn!(
                 NET,
                 "{}",

@@ -2,11 +2,12 @@
 //! receives, staging its clear-to-send entries and the write when one is due), and flushes.
 
 use super::comm::{Comm, ReqHandle, Side};
+use super::endpoint::FlushQp;
 use super::progress::{receiver_completion, retry_answer};
 use super::registration::{MemKind, MrHandle};
 use crate::error::{Error, Result};
 use crate::profiler::Phandles;
-use ferro_proto::comm::recv::{RecvBuf, RecvCore, RecvStep};
+use ferro_proto::comm::recv::{FlushTarget, RecvBuf, RecvCore, RecvStep};
 use ferro_proto::fifo::ENTRY_SIZE;
 use ferro_proto::health::{FlushRefused, verdict};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain};
@@ -31,8 +32,9 @@ impl Comm {
         };
         for q in post.qps.clone() {
             core.health.counters.recv_posts += 1;
-            // A receive with no scatter entry: it only consumes the immediate.
-            if let Err(e) = self.ep.qps[q].post_recv_empty(post.recv_wr_id()) {
+            // A receive with no scatter entry: it only consumes the immediate. Its `wr_id` names
+            // the QP, so a recovery knows which of the group's QPs delivered.
+            if let Err(e) = self.ep.qps[q].post_recv_empty(post.recv_wr_id_on(q)) {
                 return Err(self.fail(&mut core, e));
             }
         }
@@ -46,6 +48,25 @@ impl Comm {
             self.post_cts(mem, &mut core, w)?;
         }
         Ok(Some(self.req_ptr(post.req)))
+    }
+
+    /// Posts the read of one flush on member `m`'s flush QP `f`: the byte at the target under
+    /// its key on that member (the caller's receive buffer, registered on this member and valid
+    /// until NCCL deregisters it, after the flush completes), into the member's own registered
+    /// landing buffer.
+    pub(super) fn post_flush_read(
+        f: &FlushQp,
+        m: usize,
+        wr_id: u64,
+        target: &FlushTarget,
+    ) -> std::result::Result<(), ferro_verbs::Error> {
+        let mut chain = SendChain::<Fixed<1>>::fixed();
+        let remote = RemoteAddr {
+            addr: target.addr,
+            rkey: target.rkeys[m],
+        };
+        chain.rdma_read(wr_id, f.buf.sge(0, 0, 1), remote, true);
+        f.qp.post(&mut chain)
     }
 
     /// A refused post: the comm's failure ([`Comm::refused`]), returned as the call's error.
@@ -79,21 +100,19 @@ impl Comm {
         };
         let mut core = self.lock(core)?;
         self.cts_due(mem, &mut core)?;
+        let target = FlushTarget {
+            addr,
+            rkeys: core::array::from_fn(|m| mh.rkey(m)),
+        };
         let req = core
-            .begin_flush(flush.len() as u16)
+            .begin_flush_of(flush.len() as u16, target)
             .map_err(|e| self.core_error(e))?;
         for (m, f) in flush.iter().enumerate() {
             // The local side is the member's own registered landing buffer; the remote side is
             // the caller's receive buffer, registered on this member (valid until NCCL
             // deregisters it, after the flush completes).
-            let mut chain = SendChain::<Fixed<1>>::fixed();
-            let remote = RemoteAddr {
-                addr,
-                rkey: mh.rkey(m),
-            };
-            chain.rdma_read(RecvCore::flush_wr_id(req), f.buf.sge(0, 0, 1), remote, true);
             core.health.counters.send_posts += 1;
-            if let Err(e) = f.qp.post(&mut chain) {
+            if let Err(e) = Comm::post_flush_read(f, m, core.flush_wr_id_now(req), &target) {
                 return Err(match verdict::flush_refused(m) {
                     FlushRefused::AbortFlush => {
                         core.abort_flush(req);

@@ -9,7 +9,6 @@ use crate::info;
 use crate::profiler::Phandles;
 use ferro_ffi::log_flags::NET;
 use ferro_proto::comm::send::{ReadyGroup, SendStep};
-use ferro_proto::comm::wr_id::WrId;
 use ferro_proto::comm::{CoreError, Failure};
 use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE};
 use ferro_proto::plan::{self, SizesSlot};
@@ -100,21 +99,15 @@ impl Comm {
         }
     }
 
-    /// Tells the peer why this end failed: the failure notice on the out-of-band socket, then
-    /// the end of what this side writes on it. The socket is non-blocking and the notice far
-    /// smaller than its buffer; if it cannot be written, the peer still sees the comm end
-    /// when it is closed.
-    fn notify_peer(&self, f: &Failure) {
-        use std::io::Write;
-        let notice = ferro_proto::health::facts::encode_notice(&f.message);
-        if let Err(e) = (&self.sock).write_all(&notice) {
-            crate::warn!(
-                NET,
-                "{}: could not tell the peer why the comm failed: {e}",
-                self.describe()
-            );
+    /// The sizes slot of group `seq`: the local staging of its sizes and the peer's sizes FIFO.
+    pub(super) fn sizes_slot(mem: &SenderMem, seq: u64) -> SizesSlot {
+        let soff = fifo::sizes_offset(seq);
+        SizesSlot {
+            local_addr: mem.sizes_stage.addr(soff),
+            lkeys: mem.sizes_stage.lkeys(),
+            remote_addr: mem.peer_sizes.0 + soff as u64,
+            rkeys: mem.peer_sizes.1,
         }
-        let _ = self.sock.shutdown(std::net::Shutdown::Write);
     }
 
     /// Writes a complete group: its sizes into the staging slot, then every write of the plan,
@@ -130,12 +123,7 @@ impl Comm {
         for (i, it) in group.items().iter().enumerate() {
             mem.sizes_stage.write(soff + 4 * i, &it.size.to_le_bytes());
         }
-        let slot = SizesSlot {
-            local_addr: mem.sizes_stage.addr(soff),
-            lkeys: mem.sizes_stage.lkeys(),
-            remote_addr: mem.peer_sizes.0 + soff as u64,
-            rkeys: mem.peer_sizes.1,
-        };
+        let slot = Comm::sizes_slot(mem, group.seq);
         let mut scratch = self.lock(&mem.scratch)?;
         let SendScratch { writes, chain } = &mut *scratch;
         plan::plan_group_into(
@@ -146,16 +134,27 @@ impl Comm {
             self.ep.max_write,
             writes,
         );
-        // One chain per QP: group the writes by QP, the write with immediate last on each (the
-        // order of the plain data writes among themselves, pieces of a long chunk included,
-        // does not matter: the immediate's completion comes after all of them).
+        *posts += self.post_writes(writes, group.wr_id(), inline_ok, chain)?;
+        Ok(())
+    }
+
+    /// Posts planned writes as one chain per QP (the write with immediate last on each; the
+    /// order of the plain data writes among themselves, pieces of a long chunk included, does
+    /// not matter: the immediate's completion comes after all of them). Returns the posts made.
+    pub(super) fn post_writes(
+        &self,
+        writes: &mut [plan::Write],
+        wr_id: u64,
+        inline_ok: bool,
+        chain: &mut SendChain,
+    ) -> Result<u64> {
         writes.sort_unstable_by_key(|w| (w.qp, w.imm.is_some()));
-        let wr_id = WrId::Send { seq: group.seq }.encode();
+        let mut posts = 0;
         for run in writes.chunk_by(|a, b| a.qp == b.qp) {
             self.post_chain(run, wr_id, inline_ok, chain)?;
-            *posts += 1;
+            posts += 1;
         }
-        Ok(())
+        Ok(posts)
     }
 
     /// Posts `run` (writes of one QP) as one chain.

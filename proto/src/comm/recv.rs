@@ -161,7 +161,19 @@ enum RecvReq {
     },
     /// A flush: one RDMA READ on the loopback flush QP of each member device; done when all
     /// of them completed (`reads` of them, reposted whole after a recovery).
-    Flush { remaining: u16, reads: u16 },
+    Flush {
+        remaining: u16,
+        reads: u16,
+        target: FlushTarget,
+    },
+}
+
+/// What a flush reads back: one byte at `addr`, under the buffer's key on each member device
+/// (kept so that a recovery can post the reads again).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlushTarget {
+    pub addr: u64,
+    pub rkeys: Keys,
 }
 
 /// The receive side's state.
@@ -322,10 +334,16 @@ impl RecvCore {
     /// error, never a NULL request: NULL from `iflush` means "nothing to flush", so NCCL would
     /// go on before the data is visible.
     pub fn begin_flush(&mut self, reads: u16) -> Result<u32, CoreError> {
+        self.begin_flush_of(reads, FlushTarget::default())
+    }
+
+    /// [`RecvCore::begin_flush`] of the byte at `target`, which a recovery reads again.
+    pub fn begin_flush_of(&mut self, reads: u16, target: FlushTarget) -> Result<u32, CoreError> {
         self.health.check()?;
         let req = self.reqs.alloc(RecvReq::Flush {
             remaining: reads.max(1),
             reads: reads.max(1),
+            target,
         })?;
         self.health.counters.requests += 1;
         Ok(req)

@@ -185,7 +185,7 @@ impl DeviceHealth {
                 (
                     Level::Warn,
                     format!(
-                        "{dev} port {port}: {name}: the port went down (link lost: check the cable, the switch port or the netdev); comms on it fail"
+                        "{dev} port {port}: {name}: the port went down (link lost: check the cable, the switch port or the netdev); comms with work on it stop and recover in place once it is active again, within FERRO_RECOVERY_BUDGET_S (with 0 they fail)"
                     ),
                 )
             }
@@ -194,7 +194,7 @@ impl DeviceHealth {
                 (
                     Level::Info,
                     format!(
-                        "{dev} port {port}: {name}: the port is active again; new connections can use it"
+                        "{dev} port {port}: {name}: the port is active again; comms that wait for it recover, new connections can use it"
                     ),
                 )
             }
@@ -216,6 +216,22 @@ impl DeviceHealth {
             DeviceEvent::Other { .. } => (Level::Info, format!("{dev}: asynchronous event {name}")),
         };
         EventLog { level, message }
+    }
+
+    /// Forgets the error events of QP `qpn`: its comm rebuilt it (a reset keeps the number) or
+    /// destroyed it (a later QP may get the number).
+    pub fn forget_qp(&mut self, qpn: u32) {
+        self.bad_qps.remove(&qpn);
+    }
+
+    /// Forgets the error events of the CQ `cq`: its comm destroyed it.
+    pub fn forget_cq(&mut self, cq: usize) {
+        self.bad_cqs.remove(&cq);
+    }
+
+    /// Whether `port`'s last event said it went down.
+    pub fn is_port_down(&self, port: u8) -> bool {
+        self.ports_down.contains(&port)
     }
 
     /// Why a comm on `port` whose QPs are those for which `uses_qp` is true, with the CQ `cq`,
@@ -287,7 +303,7 @@ mod tests {
         assert_eq!(log.level, Level::Info);
         assert_eq!(
             log.message,
-            "rxe0 port 1: IBV_EVENT_PORT_ACTIVE: the port is active again; new connections can use it"
+            "rxe0 port 1: IBV_EVENT_PORT_ACTIVE: the port is active again; comms that wait for it recover, new connections can use it"
         );
         assert_eq!(h.verdict_for(1, mine, 0x1000), None);
     }
@@ -341,6 +357,34 @@ mod tests {
             h.verdict_for(1, mine, 0x2000).unwrap().to_string(),
             "rxe0: IBV_EVENT_CQ_ERR on the comm's CQ"
         );
+    }
+
+    #[test]
+    fn a_forgotten_qp_or_cq_no_longer_fails_a_later_comm_that_reuses_its_id() {
+        let mut h = DeviceHealth::new("rxe0");
+        h.apply(DeviceEvent::QpError {
+            qpn: 8,
+            error: QpError::Fatal,
+        });
+        h.apply(DeviceEvent::CqError { cq: 0x1000 });
+        assert!(h.verdict_for(1, mine, 0x1000).is_some());
+        h.forget_qp(8);
+        assert_eq!(
+            h.verdict_for(1, mine, 0x1000).unwrap().to_string(),
+            "rxe0: IBV_EVENT_CQ_ERR on the comm's CQ"
+        );
+        h.forget_cq(0x1000);
+        assert_eq!(h.verdict_for(1, mine, 0x1000), None);
+    }
+
+    #[test]
+    fn a_port_is_down_from_its_port_err_to_its_port_active() {
+        let mut h = DeviceHealth::new("rxe1");
+        assert!(!h.is_port_down(1));
+        h.apply(DeviceEvent::PortDown { port: 1 });
+        assert!(h.is_port_down(1) && !h.is_port_down(2));
+        h.apply(DeviceEvent::PortActive { port: 1 });
+        assert!(!h.is_port_down(1));
     }
 
     #[test]

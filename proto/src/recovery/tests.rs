@@ -377,7 +377,11 @@ fn a_flush_outstanding_at_the_stop_is_posted_again_whole() {
     c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
     c.begin_recovery(s(1), "device 1 port down").unwrap();
     let r = c.resume(1, s(2)).unwrap();
-    assert_eq!((r.flushes, r.cts, r.reposts.len()), (vec![f], None, 0));
+    let none = crate::comm::recv::FlushTarget::default();
+    assert_eq!(
+        (r.flushes, r.cts, r.reposts.len()),
+        (vec![(f, none)], None, 0)
+    );
     c.handle_completion(c.flush_wr_id_now(f), 0, |_, _| unreachable!());
     assert_eq!(c.take_done(f), Ok(None), "both reads again");
     c.handle_completion(c.flush_wr_id_now(f), 0, |_, _| unreachable!());
@@ -509,4 +513,13 @@ fn a_failure_seen_while_running_is_wanted_once_and_forgotten_when_the_comm_stops
     assert!(!r.is_wanted());
     r.want("flushed while stopped");
     assert!(!r.is_wanted());
+}
+
+#[test]
+fn the_receives_outstanding_are_those_whose_immediates_did_not_arrive() {
+    let layout = QpLayout::new(2, true, 1, 1);
+    let (mut c, posts) = receiver(layout, 3);
+    assert_eq!(c.receives_outstanding(), 6, "3 groups, split over 2 QPs");
+    c.handle_completion(posts[0].recv_wr_id_on(1), 4096 / 2, |_, _| unreachable!());
+    assert_eq!(c.receives_outstanding(), 5);
 }

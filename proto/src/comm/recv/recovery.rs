@@ -4,7 +4,7 @@
 //! announces every outstanding group once more. The rules are in [`crate::recovery`] and
 //! `docs/DESIGN.md`, "Recovery in place".
 
-use super::{CtsWrite, RecvCore, RecvReq};
+use super::{CtsWrite, FlushTarget, RecvCore, RecvReq};
 use crate::comm::recovering::Recovering;
 use crate::comm::wr_id::WrId;
 use crate::health::CommHealth;
@@ -42,8 +42,8 @@ pub struct RecvResume {
     pub epoch: u32,
     pub reposts: Vec<Repost>,
     /// Flush requests whose reads are posted again (every read of each), with the `wr_id` of
-    /// [`RecvCore::flush_wr_id_now`].
-    pub flushes: Vec<u32>,
+    /// [`RecvCore::flush_wr_id_now`], and what each reads.
+    pub flushes: Vec<(u32, FlushTarget)>,
     /// The entries of every outstanding group, written again (the sender finds the same bytes
     /// for a group it already read, and takes nothing twice).
     pub cts: Option<CtsWrite>,
@@ -108,6 +108,27 @@ impl Recovering for RecvCore {
 }
 
 impl RecvCore {
+    /// Receives posted in the current epoch whose immediates have not arrived: after the QPs
+    /// are moved to the error state, each of them completes once (flushed, or with its
+    /// immediate), so a drain that has seen this many flushed receives has seen every
+    /// immediate that arrived.
+    pub fn receives_outstanding(&self) -> usize {
+        self.reqs
+            .iter()
+            .map(|(_, r)| match *r {
+                RecvReq::Recv {
+                    seq,
+                    done: None,
+                    arrived,
+                    ..
+                } => (self.layout.group_qps(seq).filter(|&q| q < 128))
+                    .filter(|&q| arrived & (1u128 << q) == 0)
+                    .count(),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// The report of a stopped comm: the groups posted and, for each one not complete, which
     /// QPs' immediates arrived.
     pub fn receiver_state(&self) -> Result<ReceiverState, RecoveryError> {
@@ -163,9 +184,13 @@ impl RecvCore {
                         epoch,
                     });
                 }
-                RecvReq::Flush { remaining, reads } if *remaining > 0 => {
+                RecvReq::Flush {
+                    remaining,
+                    reads,
+                    target,
+                } if *remaining > 0 => {
                     *remaining = *reads;
-                    flushes.push(req);
+                    flushes.push((req, *target));
                 }
                 _ => {}
             }
