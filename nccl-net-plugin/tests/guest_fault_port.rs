@@ -1,5 +1,6 @@
 //! A port that goes down under pending transfers, through the exported table on soft-RoCE
-//! (guest only): both sides fail naming it and new comms work once it is back; with
+//! (guest only): with recovery in place off (`FERRO_RECOVERY_BUDGET_S=0`) both sides fail
+//! naming it and new comms work once it is back (recovery itself: `tests/tests/guest_recovery.rs`); with
 //! asynchronous events not returned, a port flap is logged and the same comms go on.
 //!
 //! Settings the plugin reads once per process and anything that needs a second process or the
@@ -136,7 +137,8 @@ fn port_down_child() {
 }
 
 #[test]
-fn a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_is_back() {
+fn with_recovery_off_a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_is_back()
+ {
     if std::env::var(CHILD_ROLE).as_deref() == Ok("port-down") {
         return port_down_child();
     }
@@ -147,9 +149,9 @@ fn a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_i
     );
     let _up = LinkUp;
     let t = child_passes(
-        "a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_is_back",
+        "with_recovery_off_a_port_that_goes_down_fails_both_sides_naming_it_and_new_comms_work_once_it_is_back",
         "port-down",
-        &[("FERRO_TEST_DEV", "rxe1")],
+        &[("FERRO_TEST_DEV", "rxe1"), ("FERRO_RECOVERY_BUDGET_S", "0")],
         "PORT-UP-OK",
         "port-down",
     );

@@ -78,13 +78,15 @@ impl fmt::Display for PeerGoneReason<'_> {
 /// Whether a failed work completion's status says the path failed (the link, the QP, the
 /// peer's QP, the device): what recovery in place can repair. The others (length, protection
 /// and access errors, a remote invalid request) are the same again after a rebuild: a bug or a
-/// bad buffer, never recovered.
+/// bad buffer, never recovered. `LOC_QP_OP_ERR` is a path failure too: soft-RoCE reports a
+/// packet it cannot send (its link is down) with it; where it means a malformed request, the
+/// replay fails the same way until the recovery budget is spent.
 pub fn is_path_failure(status: u32) -> bool {
     matches!(
         status,
-        // WR_FLUSH_ERR, BAD_RESP_ERR, RETRY_EXC_ERR, RNR_RETRY_EXC_ERR, REM_ABORT_ERR,
-        // FATAL_ERR, RESP_TIMEOUT_ERR, GENERAL_ERR
-        5 | 7 | 12 | 13 | 16 | 19 | 20 | 21
+        // LOC_QP_OP_ERR, WR_FLUSH_ERR, BAD_RESP_ERR, RETRY_EXC_ERR, RNR_RETRY_EXC_ERR,
+        // REM_ABORT_ERR, FATAL_ERR, RESP_TIMEOUT_ERR, GENERAL_ERR
+        2 | 5 | 7 | 12 | 13 | 16 | 19 | 20 | 21
     )
 }
 

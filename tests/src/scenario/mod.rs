@@ -11,6 +11,7 @@ mod big;
 mod close;
 mod common;
 mod connect;
+mod flap;
 mod hostile;
 mod inflight;
 mod kill;
@@ -20,6 +21,7 @@ mod sweep;
 mod vnic;
 
 pub use common::*;
+pub use flap::{Flap, LINK, set_link};
 
 use crate::error::{HResult, HarnessError, NcclExt};
 use crate::handle::Handle;
@@ -61,10 +63,13 @@ pub enum Scenario {
     /// One message of 2.1 GiB (above 2^31) through a v9+ table: split into several writes,
     /// every byte checked, `test` reporting `INT_MAX`.
     BigMessage,
+    /// The link of the device goes down under 32 sends in flight (`--flap transient`: for 2 s;
+    /// `for-good`: until the end): recovered in place, or a bounded failure.
+    LinkFlap,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::InitProbe,
         Scenario::ConnectOrders,
         Scenario::SizeSweep,
@@ -78,6 +83,7 @@ impl Scenario {
         Scenario::AbiFeatures,
         Scenario::VirtualNic,
         Scenario::BigMessage,
+        Scenario::LinkFlap,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +101,7 @@ impl Scenario {
             Scenario::AbiFeatures => "abi-features",
             Scenario::VirtualNic => "virtual-nic",
             Scenario::BigMessage => "big-message",
+            Scenario::LinkFlap => "link-flap",
         }
     }
 
@@ -127,6 +134,7 @@ impl Scenario {
             Scenario::AbiFeatures => abi::run(ctx),
             Scenario::VirtualNic => vnic::run(ctx),
             Scenario::BigMessage => big::run(ctx),
+            Scenario::LinkFlap => flap::run(ctx),
         }
     }
 }
@@ -151,10 +159,12 @@ pub struct Opts {
     pub victim: Victim,
     /// Sleep used to order connect/accept calls (default 1500 ms).
     pub delay: Duration,
+    /// How `link-flap` takes the link away.
+    pub flap: Flap,
 }
 
 pub const USAGE: &str = "usage: nccl-harness --scenario NAME [--rank R] [--nranks N] [--dev rxe0] [--iters N] \
-                         [--victim sender|receiver] [--delay-ms MS]";
+                         [--victim sender|receiver] [--delay-ms MS] [--flap transient|for-good]";
 
 /// Parses the arguments (without the program name).
 pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
@@ -167,6 +177,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String
         iters: None,
         victim: Victim::Sender,
         delay: Duration::from_millis(1500),
+        flap: Flap::Transient,
     };
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -205,6 +216,17 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String
                         .parse()
                         .map_err(|e| format!("--delay-ms: {e}"))?,
                 )
+            }
+            "--flap" => {
+                opts.flap = match value("--flap")?.as_str() {
+                    "transient" => Flap::Transient,
+                    "for-good" => Flap::ForGood,
+                    other => {
+                        return Err(format!(
+                            "--flap must be transient or for-good, not {other:?}"
+                        ));
+                    }
+                }
             }
             "--victim" => {
                 opts.victim = match value("--victim")?.as_str() {

@@ -1,0 +1,405 @@
+//! Link flaps under traffic: recovery in place, seen from NCCL's side of the table.
+//!
+//! Both ranks use one soft-RoCE device (`--dev rxe1`, on `dummy1`), so taking `dummy1` down
+//! takes the link away from both ends at once. The receiver posts 24 single receives of 1 MiB
+//! and one grouped receive of 8 x 1 MiB (32 sends in flight, NCCL's most); after a barrier the
+//! sender posts half the sends, takes the link down with `ip link set ... down`, posts the other
+//! half while it is down, and brings it up 2 s after it went down. (Soft-RoCE between two QPs of
+//! one device never puts a packet on the link, so only the receiver waiting on the downed port
+//! makes the flap visible there; on a NIC the writes in flight fail too.)
+//!
+//! `--flap transient` (down 2 s, then up): every request completes without an error, every byte
+//! is right, and both ranks' plugins said they stopped to recover and recovered; the close
+//! lines carry the recovery counters (QPs rebuilt, sends and bytes replayed, time). Then a flap
+//! while idle (nothing in flight) and 4 more messages: no further recovery is needed.
+//!
+//! `--flap for-good` (down until the end, with a small `FERRO_RECOVERY_BUDGET_S`): the requests
+//! fail within the budget plus a bound, with the WARN that says recovery gave up; the sender
+//! brings the link back before it exits.
+
+use super::Ctx;
+use super::common::*;
+use crate::buffer::{Buffer, Rng, seed};
+use crate::error::{HResult, HarnessError, NcclExt};
+use crate::logger;
+use crate::net::{RecvComm, RecvSlot, Request, SendComm};
+use crate::{bail, ensure};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How the link misbehaves (`--flap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flap {
+    /// Down for [`DOWN_FOR`], then up.
+    Transient,
+    /// Down until the scenario ends.
+    ForGood,
+}
+
+/// The netdev under rxe1 in the guest.
+pub const LINK: &str = "dummy1";
+const DOWN_FOR: Duration = Duration::from_secs(2);
+const MIB: usize = 1 << 20;
+const SINGLES: usize = 24;
+const GROUP: usize = 8;
+const GROUP_TAG: i32 = 100;
+/// Rounds of 32 messages while the link flaps.
+const ROUNDS: usize = 2;
+
+/// `ip link set LINK up|down`.
+pub fn set_link(up: bool) -> HResult<()> {
+    let state = if up { "up" } else { "down" };
+    let out = Command::new("ip")
+        .args(["link", "set", LINK, state])
+        .output()
+        .map_err(|e| HarnessError::Failed(format!("cannot run ip link set {LINK} {state}: {e}")))?;
+    ensure!(
+        out.status.success(),
+        "ip link set {LINK} {state}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+fn msg_seed(ctx: &Ctx, round: usize, i: usize) -> u64 {
+    seed(&[ctx.opts.scenario.id(), round as u64, i as u64])
+}
+
+/// Message `i` of a round: 24 singles with [`TAG`], then the group's 8 with tags 100..107.
+fn tag_of(i: usize) -> i32 {
+    if i < SINGLES {
+        TAG
+    } else {
+        GROUP_TAG + (i - SINGLES) as i32
+    }
+}
+
+/// The receiver's side of one round of `n` messages (`n` > [`SINGLES`] adds the group).
+fn post_receives(
+    ctx: &Ctx,
+    rc: &RecvComm,
+    buf: &Buffer,
+    mr: &crate::net::Mr,
+    n: usize,
+) -> HResult<Vec<Request>> {
+    buf.fill_byte(0, n * MIB, CANARY);
+    let mut reqs = Vec::new();
+    for i in 0..n.min(SINGLES) {
+        let slot = RecvSlot {
+            buf,
+            offset: i * MIB,
+            len: MIB,
+            tag: TAG,
+            mr,
+        };
+        reqs.push(ctx.net.irecv_blocking(rc, &[slot], OP_TIMEOUT)?);
+    }
+    if n > SINGLES {
+        let slots: Vec<RecvSlot<'_>> = (SINGLES..n)
+            .map(|i| RecvSlot {
+                buf,
+                offset: i * MIB,
+                len: MIB,
+                tag: tag_of(i),
+                mr,
+            })
+            .collect();
+        reqs.push(ctx.net.irecv_blocking(rc, &slots, OP_TIMEOUT)?);
+    }
+    Ok(reqs)
+}
+
+fn check_receives(ctx: &Ctx, buf: &Buffer, sizes: &[Vec<i32>], round: usize) -> HResult<()> {
+    let flat: Vec<i32> = sizes.iter().flatten().copied().collect();
+    for (i, &got) in flat.iter().enumerate() {
+        check_received(
+            buf,
+            i * MIB,
+            MIB,
+            got,
+            MIB,
+            msg_seed(ctx, round, i),
+            &format!("round {round} message {i} (tag {})", tag_of(i)),
+        )?;
+    }
+    Ok(())
+}
+
+/// Posts the sends of messages `range` of a round of `n` (filled with their patterns).
+fn post_sends(
+    ctx: &Ctx,
+    sc: &SendComm,
+    buf: &Buffer,
+    mr: &crate::net::Mr,
+    range: std::ops::Range<usize>,
+    round: usize,
+) -> HResult<Vec<Request>> {
+    for i in range.clone() {
+        buf.fill_pattern(i * MIB, MIB, msg_seed(ctx, round, i));
+    }
+    let mut order: Vec<usize> = range.clone().collect();
+    // The group's sends in a shuffled order, after the singles (matched in posting order).
+    if range.end > SINGLES && range.start <= SINGLES {
+        let from = SINGLES - range.start;
+        Rng::new(msg_seed(ctx, round, 999)).shuffle(&mut order[from..]);
+    }
+    let ops: Vec<SendOp<'_>> = order
+        .iter()
+        .map(|&i| SendOp {
+            comm: sc,
+            buf,
+            off: i * MIB,
+            len: MIB,
+            tag: tag_of(i),
+            mr,
+        })
+        .collect();
+    post_sends_any_order(ctx.net, &ops, OP_TIMEOUT)
+}
+
+/// Lines of this process's plugin log that contain `what`.
+fn log_lines(what: &str) -> Vec<String> {
+    logger::logs()
+        .into_iter()
+        .map(|l| l.text)
+        .filter(|m| m.contains(what))
+        .collect()
+}
+
+const STOPPED: &str = "to recover in place";
+const RECOVERED: &str = "recovered in place";
+
+pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
+    match ctx.opts.flap {
+        Flap::Transient => transient(ctx),
+        Flap::ForGood => for_good(ctx),
+    }
+}
+
+fn connect(ctx: &Ctx) -> HResult<(Option<SendComm>, Option<RecvComm>)> {
+    if ctx.is_receiver() {
+        Ok((
+            None,
+            Some(ctx.net.accept_blocking(ctx.listen()?, CONNECT_TIMEOUT)?),
+        ))
+    } else {
+        let mut h = ctx.peer_handle();
+        Ok((
+            Some(ctx.net.connect_blocking(ctx.dev, &mut h, CONNECT_TIMEOUT)?),
+            None,
+        ))
+    }
+}
+
+/// Takes the link down now and brings it up [`DOWN_FOR`] later, on another thread; the thread
+/// returns when the link came up.
+fn flap_in_background() -> HResult<std::thread::JoinHandle<HResult<Instant>>> {
+    set_link(false)?;
+    Ok(std::thread::spawn(|| {
+        std::thread::sleep(DOWN_FOR);
+        set_link(true)?;
+        Ok(Instant::now())
+    }))
+}
+
+fn transient(ctx: &mut Ctx) -> HResult<String> {
+    let n = SINGLES + GROUP;
+    let buf = Buffer::new(n * MIB)?;
+    let (send, recv) = connect(ctx)?;
+    let net = ctx.net;
+    // Rounds 0..ROUNDS: the flap starts right after round 0's sends are posted and lasts
+    // [`DOWN_FOR`]; the rounds after it keep traffic outstanding past the link's return.
+    let t0 = Instant::now();
+    let (flap_summary, resumed_after) = if let Some(rc) = &recv {
+        let mr = net.reg_host(rc, &buf).call("regMr")?;
+        for round in 0..ROUNDS {
+            let reqs = post_receives(ctx, rc, &buf, &mr, n)?;
+            ctx.ctl
+                .barrier(&format!("posted{round}"), BARRIER_TIMEOUT)?;
+            let sizes = net.wait_all(reqs, Duration::from_secs(120))?;
+            check_receives(ctx, &buf, &sizes, round)?;
+            ctx.note(&format!(
+                "round {round}: 32 MiB verified at {} ms",
+                t0.elapsed().as_millis()
+            ));
+        }
+        net.dereg_mr(rc, mr).call("deregMr")?;
+        (format!("receiver: {ROUNDS} x 32 MiB verified"), None)
+    } else if let Some(sc) = &send {
+        let mr = net.reg_host(sc, &buf).call("regMr")?;
+        let mut flap = None;
+        // Completions in order; the first one after the link is up tells how long traffic
+        // took to resume.
+        let mut times = Vec::new();
+        for round in 0..ROUNDS {
+            ctx.ctl
+                .barrier(&format!("posted{round}"), BARRIER_TIMEOUT)?;
+            let reqs = if round == 0 {
+                // Half the sends, then the link goes down with the other half still to come
+                // (so the receiver waits on the link while it is down), then the rest.
+                let mut reqs = post_sends(ctx, sc, &buf, &mr, 0..n / 2, round)?;
+                flap = Some(flap_in_background()?);
+                ctx.note(&format!("link down at {} ms", t0.elapsed().as_millis()));
+                std::thread::sleep(Duration::from_millis(500));
+                reqs.extend(post_sends(ctx, sc, &buf, &mr, n / 2..n, round)?);
+                ctx.note(&format!(
+                    "round 0 posted at {} ms",
+                    t0.elapsed().as_millis()
+                ));
+                reqs
+            } else {
+                post_sends(ctx, sc, &buf, &mr, 0..n, round)?
+            };
+            for r in reqs {
+                let s = net.wait(r, Duration::from_secs(120))?;
+                ensure!(s.first() == Some(&size_c(MIB)), "a send reported {s:?}");
+                times.push(Instant::now());
+            }
+            ctx.note(&format!(
+                "round {round}: 32 sends done at {} ms",
+                t0.elapsed().as_millis()
+            ));
+        }
+        let up = flap
+            .ok_or_else(|| HarnessError::Failed("no flap".into()))?
+            .join()
+            .map_err(|_| HarnessError::Failed("the flap thread panicked".into()))??;
+        ctx.note(&format!("link up at {} ms", (up - t0).as_millis()));
+        let resumed = times.iter().find(|t| **t >= up).map(|t| *t - up);
+        net.dereg_mr(sc, mr).call("deregMr")?;
+        (format!("sender: {ROUNDS} x 32 sends completed"), resumed)
+    } else {
+        bail!("neither side")
+    };
+    let events = log_lines("IBV_EVENT_PORT").len();
+    let stopped = log_lines(STOPPED).len();
+    let recovered = log_lines(RECOVERED).len();
+    ensure!(
+        stopped >= 1 && recovered >= 1,
+        "the link went down for {DOWN_FOR:?} under 32 MiB in flight, but this rank's plugin said {stopped} time(s) that it stopped and {recovered} that it recovered (expected both; it logged {events} port event line(s))"
+    );
+    ctx.ctl.barrier("round0", BARRIER_TIMEOUT)?;
+    // Round 1: a flap while idle, then 4 messages: no further recovery.
+    if send.is_some() {
+        set_link(false)?;
+        std::thread::sleep(Duration::from_secs(1));
+        set_link(true)?;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    ctx.ctl.barrier("idle-flap", BARRIER_TIMEOUT)?;
+    if let Some(rc) = &recv {
+        let mr = net.reg_host(rc, &buf).call("regMr")?;
+        let reqs = post_receives(ctx, rc, &buf, &mr, 4)?;
+        ctx.ctl.barrier("posted1", BARRIER_TIMEOUT)?;
+        let sizes = net.wait_all(reqs, OP_TIMEOUT)?;
+        check_receives(ctx, &buf, &sizes, ROUNDS)?;
+        net.dereg_mr(rc, mr).call("deregMr")?;
+    }
+    if let Some(sc) = &send {
+        let mr = net.reg_host(sc, &buf).call("regMr")?;
+        ctx.ctl.barrier("posted1", BARRIER_TIMEOUT)?;
+        let reqs = post_sends(ctx, sc, &buf, &mr, 0..4, ROUNDS)?;
+        net.wait_all(reqs, OP_TIMEOUT)?;
+        net.dereg_mr(sc, mr).call("deregMr")?;
+    }
+    let stopped_after = log_lines(STOPPED).len();
+    ensure!(
+        stopped_after == stopped,
+        "a flap while idle made the plugin stop {} more time(s): {:?}",
+        stopped_after - stopped,
+        log_lines(STOPPED)
+    );
+    if let Some(sc) = send {
+        net.close_send(sc).call("closeSend")?;
+    }
+    if let Some(rc) = recv {
+        net.close_recv(rc).call("closeRecv")?;
+    }
+    let close = log_lines("comm closed");
+    let counters = close
+        .iter()
+        .find_map(|l| l.find(" recoveries (").map(|i| l[i..].to_string()))
+        .ok_or_else(|| {
+            HarnessError::Failed(format!(
+                "the close line carries no recovery counters: {close:?}"
+            ))
+        })?;
+    let resumed = resumed_after.map_or(String::new(), |d| {
+        format!(
+            ", first send done {} ms after the link came up",
+            d.as_millis()
+        )
+    });
+    Ok(format!(
+        "{flap_summary}; link {LINK} down {DOWN_FOR:?} under load: recovered{resumed}; close line:{counters}; an idle flap needed no recovery"
+    ))
+}
+
+fn for_good(ctx: &mut Ctx) -> HResult<String> {
+    let n = 8;
+    let buf = Buffer::new(n * MIB)?;
+    let (send, recv) = connect(ctx)?;
+    let net = ctx.net;
+    let (comm_name, took, outcome) = if let Some(rc) = &recv {
+        let mr = net.reg_host(rc, &buf).call("regMr")?;
+        let reqs = post_receives(ctx, rc, &buf, &mr, n)?;
+        ctx.ctl.barrier("posted", BARRIER_TIMEOUT)?;
+        let t0 = Instant::now();
+        let outcome = net.wait_all(reqs, Duration::from_secs(90));
+        let took = t0.elapsed();
+        net.dereg_mr(rc, mr).call("deregMr")?;
+        ("receive", took, outcome)
+    } else if let Some(sc) = &send {
+        let mr = net.reg_host(sc, &buf).call("regMr")?;
+        ctx.ctl.barrier("posted", BARRIER_TIMEOUT)?;
+        let mut reqs = post_sends(ctx, sc, &buf, &mr, 0..n / 2, 0)?;
+        set_link(false)?;
+        let t0 = Instant::now();
+        // The receiver waits on the downed port for the other half.
+        std::thread::sleep(Duration::from_secs(1));
+        reqs.extend(post_sends(ctx, sc, &buf, &mr, n / 2..n, 0)?);
+        let outcome = net.wait_all(reqs, Duration::from_secs(90));
+        let took = t0.elapsed();
+        set_link(true)?;
+        net.dereg_mr(sc, mr).call("deregMr")?;
+        ("send", took, outcome)
+    } else {
+        bail!("neither side")
+    };
+    let err = match outcome {
+        Ok(_) => bail!(
+            "the link stayed down, yet every {comm_name} request completed (was it down at all?)"
+        ),
+        Err(e) => e.to_string(),
+    };
+    let budget = std::env::var("FERRO_RECOVERY_BUDGET_S")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(30);
+    // The budget, then at most one look (a few waiting calls) and the peer's notice.
+    let bound = Duration::from_secs(budget + 20);
+    ensure!(
+        took <= bound,
+        "the {comm_name} requests failed only after {took:?}, past the budget of {budget} s plus 20 s"
+    );
+    let gave_up = log_lines("recovery in place gave up");
+    ensure!(
+        !gave_up.is_empty() || !log_lines("the peer failed the comm").is_empty(),
+        "the {comm_name} comm failed ({err}) without saying that recovery gave up; its log: {:?}",
+        log_lines("")
+    );
+    ctx.ctl.barrier("failed", BARRIER_TIMEOUT)?;
+    if let Some(sc) = send {
+        net.close_send(sc).call("closeSend")?;
+    }
+    if let Some(rc) = recv {
+        net.close_recv(rc).call("closeRecv")?;
+    }
+    Ok(format!(
+        "link {LINK} down for good: the {comm_name} requests failed after {:.1} s with: {err}; WARN: {}",
+        took.as_secs_f64(),
+        gave_up
+            .first()
+            .map_or("(the peer's notice)", |s| s.as_str())
+    ))
+}

@@ -1,0 +1,63 @@
+//! Guest tests: recovery in place. Both ranks use rxe1 (soft-RoCE on `dummy1`) and the
+//! `link-flap` scenario takes `dummy1` down under 32 sends in flight (see
+//! `ferro_tests::scenario` for what each rank checks): a 2 s flap is recovered with every byte
+//! right and no error returned, through the v8 and the v12 tables, with one QP and with two split
+//! QPs; a link that stays down past the budget fails within bounds with the WARN that says so.
+//! Fails (does not skip) outside the soft-RoCE guest.
+
+use ferro_tests::driver::{GroupReport, GroupSpec, run_group};
+use ferro_tests::guest;
+use ferro_tests::scenario::set_link;
+use std::path::Path;
+use std::time::Duration;
+
+const HARNESS: &str = env!("CARGO_BIN_EXE_nccl-harness");
+
+/// Brings the link back whatever the test did (a failed rank may have left it down).
+struct LinkUp;
+
+impl Drop for LinkUp {
+    fn drop(&mut self) {
+        let _ = set_link(true);
+    }
+}
+
+fn flap(mode: &str, abi: &str, env: &[(&str, &str)], secs: u64) -> GroupReport {
+    let _g = guest::serial();
+    let _up = LinkUp;
+    let mut spec = GroupSpec::new("link-flap", 2)
+        .args(&["--dev", guest::DEV2, "--flap", mode])
+        .env("FERRO_NET_ABI", abi)
+        .timeout(Duration::from_secs(secs));
+    for (k, v) in env {
+        spec = spec.env(k, v);
+    }
+    let rep = run_group(Path::new(HARNESS), &spec);
+    eprintln!("v{abi} {mode} {env:?}:\n{}", rep.summary());
+    rep
+}
+
+#[test]
+fn a_two_second_link_flap_under_32_sends_in_flight_is_recovered_in_place_through_the_v12_table() {
+    flap("transient", "12", &[], 240).assert_all_passed();
+}
+
+#[test]
+fn a_two_second_link_flap_is_recovered_through_the_v8_table_and_with_two_split_qps() {
+    flap("transient", "8", &[], 240).assert_all_passed();
+    flap(
+        "transient",
+        "12",
+        &[
+            ("NCCL_IB_QPS_PER_CONNECTION", "2"),
+            ("NCCL_IB_SPLIT_DATA_ON_QPS", "1"),
+        ],
+        240,
+    )
+    .assert_all_passed();
+}
+
+#[test]
+fn a_link_down_past_the_recovery_budget_fails_both_sides_within_bounds() {
+    flap("for-good", "12", &[("FERRO_RECOVERY_BUDGET_S", "3")], 180).assert_all_passed();
+}
