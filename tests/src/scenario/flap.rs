@@ -318,7 +318,11 @@ fn transient(ctx: &mut Ctx) -> HResult<String> {
     let close = log_lines("comm closed");
     let counters = close
         .iter()
-        .find_map(|l| l.find(" recoveries (").map(|i| l[i..].to_string()))
+        .find_map(|l| {
+            let i = l.find(" recoveries (")?;
+            let from = l[..i].rfind(", ").map_or(i, |j| j + 2);
+            Some(l[from..].to_string())
+        })
         .ok_or_else(|| {
             HarnessError::Failed(format!(
                 "the close line carries no recovery counters: {close:?}"
@@ -331,7 +335,7 @@ fn transient(ctx: &mut Ctx) -> HResult<String> {
         )
     });
     Ok(format!(
-        "{flap_summary}; link {LINK} down {DOWN_FOR:?} under load: recovered{resumed}; close line:{counters}; an idle flap needed no recovery"
+        "{flap_summary}; link {LINK} down {DOWN_FOR:?} under load: recovered{resumed}; close line: {counters}; an idle flap needed no recovery"
     ))
 }
 
