@@ -422,11 +422,12 @@ impl Handshake {
     /// a stranger, if it has not presented the secret before); `None` once it is finished.
     pub fn poll_timeout(&self) -> Option<Duration> {
         let stalled = self.last_progress + HANDSHAKE_TIMEOUT;
-        let secret = self
-            .is_stranger()
-            .then(|| self.started + SECRET_DEADLINE)
-            .unwrap_or(stalled);
-        (!self.is_finished()).then(|| stalled.min(secret))
+        let due = if self.is_stranger() {
+            stalled.min(self.started + SECRET_DEADLINE)
+        } else {
+            stalled
+        };
+        (!self.is_finished()).then_some(due)
     }
 
     /// The next thing the transport must act on.
