@@ -455,8 +455,8 @@ fn connects() -> MutexGuard<'static, HashMap<u64, Setup>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Starts a connection to the listener named by the handle: socket, QPs (for both sides'
-/// member devices), FIFO.
+/// Starts a connection to the listener named by the handle: QPs (for both sides' member
+/// devices), FIFO, then the socket.
 fn start_connect(
     dev_index: i32,
     h: &[u8; HANDLE_SIZE],
@@ -470,6 +470,14 @@ fn start_connect(
     let cfg = &plugin::get()?.config;
     let layout = hs::checks::connector_layout(settings()?, dev.members.len(), remote_devs)
         .map_err(|e| Error::from(e).prefixed(&dev.label()))?;
+    // The QPs and regions first, then the TCP connect: the listener sees the connection only
+    // when `Connect` can follow at once (its secret's deadline runs from then), and a side that
+    // cannot make its QPs leaves no half-open connection behind.
+    let tc = traffic_class.unwrap_or(cfg.traffic_class);
+    let ep = Endpoint::new(dev, layout, tc)?;
+    let pds = ep.pds();
+    let fifo = RegBuf::new(&pds, FIFO_BYTES, access::PEER_WRITTEN)?;
+    let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, access::STAGING)?;
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -486,11 +494,6 @@ fn start_connect(
         }
         Err(e) => return Err(Error::System(format!("cannot connect to {addr}: {e}"))),
     }
-    let tc = traffic_class.unwrap_or(cfg.traffic_class);
-    let ep = Endpoint::new(dev, layout, tc)?;
-    let pds = ep.pds();
-    let fifo = RegBuf::new(&pds, FIFO_BYTES, access::PEER_WRITTEN)?;
-    let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, access::STAGING)?;
     let machine = Handshake::connector(
         local_side(&ep, &fifo),
         handle::secret(h),

@@ -11,6 +11,7 @@ mod big;
 mod close;
 mod common;
 mod connect;
+mod flood;
 mod hostile;
 mod inflight;
 mod kill;
@@ -61,10 +62,13 @@ pub enum Scenario {
     /// One message of 2.1 GiB (above 2^31) through a v9+ table: split into several writes,
     /// every byte checked, `test` reporting `INT_MAX`.
     BigMessage,
+    /// f: 2,000 silent clients and a trickling one on the listen port; the real peer still
+    /// connects and moves 1 MiB in a bound, and the fds come back.
+    ListenerFlood,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::InitProbe,
         Scenario::ConnectOrders,
         Scenario::SizeSweep,
@@ -78,6 +82,7 @@ impl Scenario {
         Scenario::AbiFeatures,
         Scenario::VirtualNic,
         Scenario::BigMessage,
+        Scenario::ListenerFlood,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +100,7 @@ impl Scenario {
             Scenario::AbiFeatures => "abi-features",
             Scenario::VirtualNic => "virtual-nic",
             Scenario::BigMessage => "big-message",
+            Scenario::ListenerFlood => "listener-flood",
         }
     }
 
@@ -127,6 +133,7 @@ impl Scenario {
             Scenario::AbiFeatures => abi::run(ctx),
             Scenario::VirtualNic => vnic::run(ctx),
             Scenario::BigMessage => big::run(ctx),
+            Scenario::ListenerFlood => flood::run(ctx),
         }
     }
 }
