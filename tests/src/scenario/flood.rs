@@ -204,8 +204,10 @@ fn receiver(ctx: &mut Ctx) -> HResult<String> {
     ))
 }
 
-/// Raises the soft limit on open files to the hard limit if it is below `want`; the new limit.
+/// Raises the limit on open files to at least `want` if it is lower: the soft limit up to the
+/// hard one, and the hard one too where this process may (root); the new soft limit.
 fn raise_fd_limit(want: usize) -> HResult<u64> {
+    let want = want as u64;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -214,20 +216,23 @@ fn raise_fd_limit(want: usize) -> HResult<u64> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         bail!("getrlimit: {}", std::io::Error::last_os_error());
     }
-    if lim.rlim_cur >= want as u64 {
+    if lim.rlim_cur >= want {
         return Ok(lim.rlim_cur);
     }
-    ensure!(
-        lim.rlim_max >= want as u64,
-        "the flood needs {want} open files; the hard limit is {}",
-        lim.rlim_max
-    );
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: `lim` is a valid rlimit; only the soft limit changed, to the hard one.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-        bail!("setrlimit: {}", std::io::Error::last_os_error());
+    let raised = libc::rlimit {
+        rlim_cur: want.max(lim.rlim_max),
+        rlim_max: want.max(lim.rlim_max),
+    };
+    // SAFETY: `raised` is a valid rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        bail!(
+            "the flood needs {want} open files; soft limit {}, hard limit {}, and raising them failed: {}",
+            lim.rlim_cur,
+            lim.rlim_max,
+            std::io::Error::last_os_error()
+        );
     }
-    Ok(lim.rlim_cur)
+    Ok(raised.rlim_cur)
 }
 
 /// Opens `n` silent connections to `addr` and keeps them; counts them in `opened`.
