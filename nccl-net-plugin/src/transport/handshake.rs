@@ -6,7 +6,8 @@
 //! machine wants read, writing what it wants written), the verbs resources it asks for (the
 //! endpoint, the protocol regions, the flush QPs, connecting the QPs), the registry that keeps
 //! `connect`'s progress under a token written into the handle, TCP keepalive, and turning a
-//! finished handshake into a [`Comm`]. Every call reads the clock once and passes it in.
+//! finished handshake into a [`Comm`]. Every call reads the clock once and passes it in
+//! (`accept` once more for each connection it takes, whose secret's deadline starts then).
 //!
 //! A listener applies the core's bounds on strangers ([`hs::strangers`]): it keeps at most
 //! [`MAX_STRANGERS`] connections that have not presented its secret, dropping the oldest of
@@ -81,8 +82,9 @@ struct Pending {
 }
 
 /// How many new connections one `accept` call takes at most (the rest wait in the kernel for
-/// the next call), so that one call stays short whatever is queued.
-const ACCEPTS_PER_CALL: usize = MAX_STRANGERS;
+/// the next call), so that one call stays short whatever is queued: taking one costs a few
+/// system calls, and NCCL calls `accept` again at once while it waits for a connection.
+const ACCEPTS_PER_CALL: usize = 64;
 
 /// The verbs resources of a side being set up, as far as the handshake got.
 #[derive(Debug)]
@@ -615,6 +617,9 @@ impl ListenComm {
                         continue;
                     }
                     let _ = sock.set_nodelay(true);
+                    // Its own time: the secret's deadline runs from now, not from the start of
+                    // a call that may have taken many connections before this one.
+                    let now = self::now();
                     let mut s = Setup {
                         sock,
                         peer,
