@@ -16,6 +16,7 @@ use crate::error::{HResult, HarnessError, NcclExt};
 use crate::guest::open_fds;
 use crate::handle::HANDLE_MAGIC;
 use crate::logger;
+use crate::net::{ListenComm, Net};
 use crate::{bail, ensure};
 use ferro_ffi::log_level;
 use std::io::{ErrorKind, Read as _, Write as _};
@@ -87,11 +88,13 @@ fn receiver(ctx: &mut Ctx) -> HResult<String> {
         .as_ref()
         .ok_or_else(|| HarnessError::Failed("the listen comm was already closed".into()))?;
     // The first wave, with the listener taking (and dropping) connections meanwhile.
+    let first_wave = Instant::now();
     let wave = flood(addr, WAVE, Arc::clone(&opened));
+    let mut longest_call = Duration::ZERO;
     let mut most_held = 0;
     let mut polls = 0u64;
     while !wave.is_finished() {
-        if net.accept(listen).call("accept")?.is_some() {
+        if timed_accept(net, listen, &mut longest_call)? {
             bail!("accept returned a comm while only strangers were connecting");
         }
         polls += 1;
@@ -101,6 +104,7 @@ fn receiver(ctx: &mut Ctx) -> HResult<String> {
         thread::sleep(Duration::from_micros(200));
     }
     let mut clients = join(wave)?;
+    let first_wave = first_wave.elapsed();
     most_held = most_held.max(held_by_listener(fds_at_start, &opened)?);
     // The second wave while the real peer connects.
     ctx.ctl.barrier("flooded", BARRIER_TIMEOUT)?;
@@ -129,13 +133,14 @@ fn receiver(ctx: &mut Ctx) -> HResult<String> {
     net.dereg_mr(&rc, mr).call("deregMr")?;
     net.close_recv(rc).call("closeRecv")?;
     while !wave.is_finished() {
-        if net.accept(listen).call("accept")?.is_some() {
+        if timed_accept(net, listen, &mut longest_call)? {
             bail!("accept returned a second comm: a stranger got in");
         }
         most_held = most_held.max(held_by_listener(fds_at_start, &opened)?);
         thread::sleep(Duration::from_millis(1));
     }
     clients.extend(join(wave)?);
+    let both_waves = started.elapsed();
     ensure!(
         most_held <= MAX_STRANGERS + 8,
         "the listener held {most_held} connections at once (cap {MAX_STRANGERS} strangers)"
@@ -150,7 +155,7 @@ fn receiver(ctx: &mut Ctx) -> HResult<String> {
             "the trickling client is still connected after {:?}",
             SECRET_DEADLINE + DEADLINE_SLACK
         );
-        if net.accept(listen).call("accept")?.is_some() {
+        if timed_accept(net, listen, &mut longest_call)? {
             bail!("accept returned a comm for the trickling client");
         }
         thread::sleep(Duration::from_millis(5));
@@ -199,9 +204,17 @@ fn receiver(ctx: &mut Ctx) -> HResult<String> {
         warns.join("\n")
     );
     Ok(format!(
-        "{flood_total} flood connections (fd limit {limit}) and a trickling client: the real peer accepted in {accepted:?} ({nulls} NULL answers), 1 MiB verified in {moved:?}; at most {most_held} connections held at once; the trickler dropped after {kept:?} ({sent} bytes sent); fds {fds_at_start} -> {fds}; {} WARN lines",
+        "{flood_total} flood connections (fd limit {limit}; first wave {first_wave:?}, the second with the real peer {both_waves:?}) and a trickling client: the real peer accepted in {accepted:?} ({nulls} NULL answers), 1 MiB verified in {moved:?}; at most {most_held} connections held at once; longest accept call without the real peer {longest_call:?}; the trickler dropped after {kept:?} ({sent} bytes sent); fds {fds_at_start} -> {fds}; {} WARN lines",
         warns.len()
     ))
+}
+
+/// One `accept` call, expected to answer NULL; whether it returned a comm. Tracks the longest.
+fn timed_accept(net: &Net, listen: &ListenComm, longest: &mut Duration) -> HResult<bool> {
+    let t = Instant::now();
+    let got = net.accept(listen).call("accept")?;
+    *longest = (*longest).max(t.elapsed());
+    Ok(got.is_some())
 }
 
 /// Raises the limit on open files to at least `want` if it is lower: the soft limit up to the
