@@ -83,6 +83,7 @@ impl From<ferro_proto::handshake::HandshakeError> for Error {
             | H::Unexpected { .. }
             | H::Wire { .. }
             | H::PeerClosed { .. }
+            | H::NoSecret { .. }
             | H::TimedOut { .. } => Error::Remote(text),
             H::OutOfOrder { .. } => Error::Internal(text),
         }

@@ -88,6 +88,11 @@ fn hostile_peers_do_not_stall_accept() {
 }
 
 #[test]
+fn a_flood_of_strangers_neither_keeps_the_real_peer_out_nor_leaks_fds() {
+    run(GroupSpec::new("listener-flood", 2).timeout(secs(180))).assert_all_passed();
+}
+
+#[test]
 fn ring_allreduce_four_ranks() {
     run(GroupSpec::new("ring-allreduce", 4)
         .args(&["--iters", "10"])

@@ -6,7 +6,15 @@
 //! machine wants read, writing what it wants written), the verbs resources it asks for (the
 //! endpoint, the protocol regions, the flush QPs, connecting the QPs), the registry that keeps
 //! `connect`'s progress under a token written into the handle, TCP keepalive, and turning a
-//! finished handshake into a [`Comm`]. Every call reads the clock once and passes it in.
+//! finished handshake into a [`Comm`]. Every call reads the clock once and passes it in
+//! (`accept` once more for each connection it takes, whose secret's deadline starts then).
+//!
+//! A listener applies the core's bounds on strangers ([`hs::strangers`]): it keeps at most
+//! [`MAX_STRANGERS`] connections that have not presented its secret, dropping the oldest of
+//! them when one more comes, drops a stranger that has not presented it within
+//! [`hs::SECRET_DEADLINE`], reports dropped strangers and failing `accept` calls in one line per
+//! interval, and never returns an `accept` error to NCCL: the listener stays usable and the
+//! connection waiting in the kernel is taken at a later call.
 
 use super::access;
 use super::comm::{Comm, CommPtr, ReceiverMem, SendScratch, SenderMem, Side};
@@ -22,6 +30,7 @@ use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::{Oversize, SendCore};
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::handle::{self, HANDLE_SIZE, SECRET_SIZE};
+use ferro_proto::handshake::strangers::{self, LogTally, MAX_STRANGERS, Report};
 use ferro_proto::handshake::{
     self as hs, Event, HANDSHAKE_TIMEOUT, Handshake, HandshakeError, LocalSide, Settings, Stage,
 };
@@ -54,8 +63,28 @@ pub struct ListenComm {
     addr: SocketAddr,
     /// What a connecting side must present (it is in the handle).
     secret: [u8; SECRET_SIZE],
-    pending: Mutex<Vec<Setup>>,
+    pending: Mutex<Pending>,
 }
+
+/// A listener's connections being set up, and the tallies of what it reports about them.
+#[derive(Debug, Default)]
+struct Pending {
+    /// In the order they were accepted, oldest first.
+    setups: Vec<Setup>,
+    /// Strangers dropped (refused, gone, out of time, or evicted from a full table).
+    dropped: LogTally,
+    /// The latest of them, for the next summary line.
+    last_dropped: String,
+    /// `accept` calls that failed.
+    accept_failed: LogTally,
+    /// The latest failure, for the next summary line.
+    last_accept_error: String,
+}
+
+/// How many new connections one `accept` call takes at most (the rest wait in the kernel for
+/// the next call), so that one call stays short whatever is queued: taking one costs a few
+/// system calls, and NCCL calls `accept` again at once while it waits for a connection.
+const ACCEPTS_PER_CALL: usize = 64;
 
 /// The verbs resources of a side being set up, as far as the handshake got.
 #[derive(Debug)]
@@ -397,7 +426,7 @@ pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<
         listener,
         addr,
         secret,
-        pending: Mutex::new(Vec::new()),
+        pending: Mutex::new(Pending::default()),
     }))
 }
 
@@ -431,8 +460,8 @@ fn connects() -> MutexGuard<'static, HashMap<u64, Setup>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Starts a connection to the listener named by the handle: socket, QPs (for both sides'
-/// member devices), FIFO.
+/// Starts a connection to the listener named by the handle: QPs (for both sides' member
+/// devices), FIFO, then the socket.
 fn start_connect(
     dev_index: i32,
     h: &[u8; HANDLE_SIZE],
@@ -446,6 +475,14 @@ fn start_connect(
     let cfg = &plugin::get()?.config;
     let layout = hs::checks::connector_layout(settings()?, dev.members.len(), remote_devs)
         .map_err(|e| Error::from(e).prefixed(&dev.label()))?;
+    // The QPs and regions first, then the TCP connect: the listener sees the connection only
+    // when `Connect` can follow at once (its secret's deadline runs from then), and a side that
+    // cannot make its QPs leaves no half-open connection behind.
+    let tc = traffic_class.unwrap_or(cfg.traffic_class);
+    let ep = Endpoint::new(dev, layout, tc)?;
+    let pds = ep.pds();
+    let fifo = RegBuf::new(&pds, FIFO_BYTES, access::PEER_WRITTEN)?;
+    let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, access::STAGING)?;
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -462,11 +499,6 @@ fn start_connect(
         }
         Err(e) => return Err(Error::System(format!("cannot connect to {addr}: {e}"))),
     }
-    let tc = traffic_class.unwrap_or(cfg.traffic_class);
-    let ep = Endpoint::new(dev, layout, tc)?;
-    let pds = ep.pds();
-    let fifo = RegBuf::new(&pds, FIFO_BYTES, access::PEER_WRITTEN)?;
-    let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, access::STAGING)?;
     let machine = Handshake::connector(
         local_side(&ep, &fifo),
         handle::secret(h),
@@ -554,9 +586,9 @@ pub fn connect(
 }
 
 impl ListenComm {
-    /// `accept`: accepts new TCP connections and advances all pending ones; returns the first
-    /// that is ready. A stray or garbage connection is dropped with a warning and never blocks
-    /// the others.
+    /// `accept`: advances the pending connections (oldest first), then accepts new TCP
+    /// connections; returns the first that is ready. A stray or garbage connection is dropped
+    /// and never blocks the others; a failing `accept` is reported and retried at a later call.
     pub fn accept(&self) -> Result<Option<CommPtr>> {
         let now = now();
         let settings = settings()?;
@@ -564,14 +596,34 @@ impl ListenComm {
             .pending
             .lock()
             .map_err(|_| Error::Internal("listen comm poisoned".into()))?;
-        loop {
+        let p = &mut *pending;
+        // The connections already here first: a real peer's `Connect` that has arrived is read
+        // before newcomers could crowd it out.
+        let mut i = 0;
+        while i < p.setups.len() {
+            match p.setups[i].drive(now) {
+                Ok(Some(ready)) => {
+                    let s = p.setups.remove(i);
+                    return Ok(Some(s.into_comm(ready)));
+                }
+                Ok(None) => i += 1,
+                Err(e) => {
+                    let s = p.setups.remove(i);
+                    self.dropping(p, &s, &e.to_string(), now);
+                }
+            }
+        }
+        for _ in 0..ACCEPTS_PER_CALL {
             match self.listener.accept() {
                 Ok((sock, peer)) => {
                     if sock.set_nonblocking(true).is_err() {
                         continue;
                     }
                     let _ = sock.set_nodelay(true);
-                    pending.push(Setup {
+                    // Its own time: the secret's deadline runs from now, not from the start of
+                    // a call that may have taken many connections before this one.
+                    let now = self::now();
+                    let mut s = Setup {
                         sock,
                         peer,
                         dev: self.dev,
@@ -583,37 +635,135 @@ impl ListenComm {
                             now,
                         ),
                         res: Resources::None,
-                    });
+                    };
+                    // What it already sent is read at once: a real peer stops being a stranger.
+                    match s.drive(now) {
+                        Ok(Some(ready)) => return Ok(Some(s.into_comm(ready))),
+                        Ok(None) => p.setups.push(s),
+                        Err(e) => self.dropping(p, &s, &e.to_string(), now),
+                    }
+                    self.evict(p, now);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::System(format!("accept on {}: {e}", self.addr))),
-            }
-        }
-        let mut i = 0;
-        while i < pending.len() {
-            match pending[i].drive(now) {
-                Ok(Some(ready)) => {
-                    let p = pending.swap_remove(i);
-                    return Ok(Some(p.into_comm(ready)));
-                }
-                Ok(None) => i += 1,
                 Err(e) => {
-                    let p = pending.swap_remove(i);
-                    if p.timed_out() {
-                        warn!(NET, "{}: dropping {e}", self.dev.label());
-                    } else {
-                        warn!(
-                            NET,
-                            "{}: dropping incoming connection from {} on {}: {e}",
-                            self.dev.label(),
-                            p.peer,
-                            self.addr
-                        );
+                    self.accept_failed(p, &e, now);
+                    // A connection that went away before it was taken costs only itself; other
+                    // failures (no file descriptors or memory left) wait for a later call.
+                    if !matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EPROTO)) {
+                        break;
                     }
                 }
             }
         }
+        self.report_due(p, now);
         Ok(None)
+    }
+
+    /// Drops the oldest strangers while there are more than [`MAX_STRANGERS`].
+    fn evict(&self, p: &mut Pending, now: Duration) {
+        while let Some(i) = strangers::eviction(&p.setups, |s| s.hs.is_stranger()) {
+            let s = p.setups.remove(i);
+            let why = format!(
+                "it was the oldest of more than {MAX_STRANGERS} connections that have not presented the listen secret"
+            );
+            self.dropping(p, &s, &why, now);
+        }
+    }
+
+    /// Reports a dropped connection (its socket closes when `s` goes): a stranger's drop in the
+    /// listener's tally (one line per interval), a real peer's failure in a line of its own.
+    fn dropping(&self, p: &mut Pending, s: &Setup, why: &str, now: Duration) {
+        if !s.hs.is_stranger() {
+            if s.timed_out() {
+                warn!(NET, "{}: dropping {why}", self.dev.label());
+            } else {
+                warn!(
+                    NET,
+                    "{}: dropping incoming connection from {} on {}: {why}",
+                    self.dev.label(),
+                    s.peer,
+                    self.addr
+                );
+            }
+            return;
+        }
+        p.last_dropped = format!("from {}: {why}", s.peer);
+        if let Some(r) = p.dropped.record(now) {
+            self.report_dropped(r, &p.last_dropped);
+        }
+    }
+
+    fn report_dropped(&self, r: Report, latest: &str) {
+        warn!(
+            NET,
+            "{}: dropped {} on {} that did not present the listen secret ({} since listening); the latest {latest}",
+            self.dev.label(),
+            connections(r.count),
+            self.addr,
+            r.total
+        );
+    }
+
+    fn accept_failed(&self, p: &mut Pending, e: &std::io::Error, now: Duration) {
+        p.last_accept_error = e.to_string();
+        if let Some(r) = p.accept_failed.record(now) {
+            self.report_accept_failed(r, &p.last_accept_error);
+        }
+    }
+
+    fn report_accept_failed(&self, r: Report, latest: &str) {
+        warn!(
+            NET,
+            "{}: accept on {} failed {} ({} since listening), the latest with: {latest}; connections waiting are taken at a later call",
+            self.dev.label(),
+            self.addr,
+            times(r.count),
+            r.total
+        );
+    }
+
+    /// The summary lines whose interval has passed.
+    fn report_due(&self, p: &mut Pending, now: Duration) {
+        if let Some(r) = p.dropped.poll(now) {
+            self.report_dropped(r, &p.last_dropped);
+        }
+        if let Some(r) = p.accept_failed.poll(now) {
+            self.report_accept_failed(r, &p.last_accept_error);
+        }
+    }
+}
+
+/// Closing a listener reports what its summaries have not said yet.
+impl Drop for ListenComm {
+    fn drop(&mut self) {
+        let p = self.pending.get_mut().unwrap_or_else(|e| e.into_inner());
+        let (dropped, failed) = (p.dropped.flush(), p.accept_failed.flush());
+        let (last_dropped, last_error) = (
+            std::mem::take(&mut p.last_dropped),
+            std::mem::take(&mut p.last_accept_error),
+        );
+        if let Some(r) = dropped {
+            self.report_dropped(r, &last_dropped);
+        }
+        if let Some(r) = failed {
+            self.report_accept_failed(r, &last_error);
+        }
+    }
+}
+
+fn connections(n: u64) -> String {
+    if n == 1 {
+        "1 connection".into()
+    } else {
+        format!("{n} connections")
+    }
+}
+
+fn times(n: u64) -> String {
+    if n == 1 {
+        "once".into()
+    } else {
+        format!("{n} times")
     }
 }

@@ -1,9 +1,11 @@
 //! Every way connection setup can be refused, as one typed error whose text names the peer and
-//! the cause (the accepting side sends this text back in its `Reject`).
+//! the cause (the accepting side sends this text back in its `Reject`). Text the peer sent is
+//! shown escaped and cut ([`super::strangers::shown`]): it may come from a stranger.
 
 use super::{Settings, Stage};
 use crate::MAX_QPS;
 use crate::handshake::checks::link_layer_name;
+use crate::handshake::strangers::{shown, shown_up_to};
 use crate::wire::{Msg, WireError};
 use std::fmt;
 use std::time::Duration;
@@ -51,6 +53,13 @@ pub enum HandshakeError {
     Wire { peer: String, error: WireError },
     /// The peer closed the connection before the handshake ended.
     PeerClosed { peer: String },
+    /// Accepting side: a stranger did not present the secret within `after`
+    /// ([`super::SECRET_DEADLINE`]), having sent `received` bytes of a message meanwhile.
+    NoSecret {
+        peer: String,
+        after: Duration,
+        received: usize,
+    },
     /// No byte moved for [`super::HANDSHAKE_TIMEOUT`] in `stage`.
     TimedOut {
         peer: String,
@@ -113,15 +122,30 @@ impl fmt::Display for HandshakeError {
                 "NCCL_IB_QPS_PER_CONNECTION={qps_per_conn} x {devs} devices (the larger side) is {nqps} QPs, above the {MAX_QPS} a connection may have"
             ),
             HandshakeError::Unexpected { peer, msg } => {
-                write!(f, "unexpected handshake message from {peer}: {msg:?}")
+                write!(
+                    f,
+                    "unexpected handshake message from {peer}: {}",
+                    summary(msg)
+                )
             }
-            HandshakeError::PeerRejected { peer, reason } => {
-                write!(f, "peer {peer} refused the connection: {reason}")
-            }
+            HandshakeError::PeerRejected { peer, reason } => write!(
+                f,
+                "peer {peer} refused the connection: {}",
+                shown_up_to(reason.as_bytes(), REASON_BYTES)
+            ),
             HandshakeError::Wire { peer, error } => write!(f, "from {peer}: {error}"),
             HandshakeError::PeerClosed { peer } => {
                 write!(f, "peer {peer} closed the connection during the handshake")
             }
+            HandshakeError::NoSecret {
+                peer,
+                after,
+                received,
+            } => write!(
+                f,
+                "connection from {peer} did not present the listen secret within {} s of being accepted ({received} bytes of a message received)",
+                after.as_secs()
+            ),
             HandshakeError::TimedOut { peer, stage, after } => {
                 if stage.is_connector() {
                     write!(
@@ -145,3 +169,21 @@ impl fmt::Display for HandshakeError {
 }
 
 impl std::error::Error for HandshakeError {}
+
+/// How much of a peer's `Reject` reason a message shows (this plugin's own reasons are shorter).
+const REASON_BYTES: usize = 512;
+
+/// A message named by its kind (and its bounded fields), never dumping what the peer filled in:
+/// a `Connect` carries a secret, and a `Reject`'s text is the peer's.
+fn summary(msg: &Msg) -> String {
+    match msg {
+        Msg::Connect(_) => "Connect".into(),
+        Msg::Accept(_) => "Accept".into(),
+        Msg::Ready => "Ready".into(),
+        Msg::Reject(text) => format!("Reject \"{}\"", shown(text.as_bytes())),
+        Msg::Recover { epoch } => format!("Recover (epoch {epoch})"),
+        Msg::ReceiverState(_) => "ReceiverState".into(),
+        Msg::Rebuilt { epoch, qpns } => format!("Rebuilt (epoch {epoch}, {} QPs)", qpns.len()),
+        Msg::Resume { epoch } => format!("Resume (epoch {epoch})"),
+    }
+}

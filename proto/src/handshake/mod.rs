@@ -21,14 +21,19 @@
 //! also sent to the connecting side as a `Reject` carrying the refusal's text.
 //!
 //! A handshake in which no byte moved for [`HANDSHAKE_TIMEOUT`] fails at the next
-//! [`Handshake::handle_timeout`], naming the stage it was in.
+//! [`Handshake::handle_timeout`], naming the stage it was in. On the accepting side, a peer that
+//! has not presented the secret is a stranger ([`Handshake::is_stranger`]): it has
+//! [`strangers::SECRET_DEADLINE`] in total from being accepted to do so, however its bytes
+//! trickle in; the listener's other bounds on strangers are in [`strangers`].
 
 pub mod checks;
 mod error;
+pub mod strangers;
 #[cfg(test)]
 mod tests;
 
 pub use error::HandshakeError;
+pub use strangers::SECRET_DEADLINE;
 
 use crate::handle::SECRET_SIZE;
 use crate::plan::QpLayout;
@@ -160,6 +165,8 @@ enum Role {
         secret: [u8; SECRET_SIZE],
         settings: Settings,
         local_devs: usize,
+        /// Whether the peer's `Connect` carried the right secret (it is no stranger).
+        secret_ok: bool,
         /// The peer's `Connect`, once it passed the checks.
         peer_meta: Option<QpMeta>,
     },
@@ -176,6 +183,8 @@ pub struct Handshake {
     out: Vec<u8>,
     out_pos: usize,
     events: VecDeque<Event>,
+    /// When the machine was made (the TCP connect started, or the connection was accepted).
+    started: Duration,
     last_progress: Duration,
     /// Why it failed, once it did.
     failure: Option<HandshakeError>,
@@ -191,6 +200,7 @@ impl Handshake {
             out: Vec::new(),
             out_pos: 0,
             events: VecDeque::new(),
+            started: now,
             last_progress: now,
             failure: None,
         }
@@ -227,6 +237,7 @@ impl Handshake {
                 secret,
                 settings,
                 local_devs,
+                secret_ok: false,
                 peer_meta: None,
             },
             Stage::AwaitConnect,
@@ -247,6 +258,19 @@ impl Handshake {
     /// Why the handshake failed (also given once as [`Event::Failed`]).
     pub fn failure(&self) -> Option<&HandshakeError> {
         self.failure.as_ref()
+    }
+
+    /// Accepting side: whether the peer has not presented the right secret (yet). A stranger
+    /// must do so within [`SECRET_DEADLINE`] of being accepted, and a listener's full table drops
+    /// its oldest stranger ([`strangers::eviction`]); a peer that presented it is neither.
+    pub fn is_stranger(&self) -> bool {
+        matches!(
+            self.role,
+            Role::Acceptor {
+                secret_ok: false,
+                ..
+            }
+        )
     }
 
     /// Whether the handshake is over, connected or failed.
@@ -371,10 +395,19 @@ impl Handshake {
         }
     }
 
-    /// Fails the handshake if no byte moved for longer than [`HANDSHAKE_TIMEOUT`] before `now`.
+    /// Fails the handshake if a stranger has not presented the secret within
+    /// [`SECRET_DEADLINE`] of being accepted (bytes that came meanwhile do not extend it), or if
+    /// no byte moved for longer than [`HANDSHAKE_TIMEOUT`] before `now`.
     pub fn handle_timeout(&mut self, now: Duration) {
         if self.is_finished() {
             return;
+        }
+        if self.is_stranger() && now.saturating_sub(self.started) > SECRET_DEADLINE {
+            return self.fail(HandshakeError::NoSecret {
+                peer: self.peer.clone(),
+                after: SECRET_DEADLINE,
+                received: self.reader.received(),
+            });
         }
         if now.saturating_sub(self.last_progress) > HANDSHAKE_TIMEOUT {
             self.fail(HandshakeError::TimedOut {
@@ -385,10 +418,16 @@ impl Handshake {
         }
     }
 
-    /// When [`Handshake::handle_timeout`] fails the handshake if nothing moves before; `None`
-    /// once it is finished.
+    /// When [`Handshake::handle_timeout`] fails the handshake if nothing moves before (or, for
+    /// a stranger, if it has not presented the secret before); `None` once it is finished.
     pub fn poll_timeout(&self) -> Option<Duration> {
-        (!self.is_finished()).then(|| self.last_progress + HANDSHAKE_TIMEOUT)
+        let stalled = self.last_progress + HANDSHAKE_TIMEOUT;
+        let due = if self.is_stranger() {
+            stalled.min(self.started + SECRET_DEADLINE)
+        } else {
+            stalled
+        };
+        (!self.is_finished()).then_some(due)
     }
 
     /// The next thing the transport must act on.
@@ -446,10 +485,13 @@ impl Handshake {
                 self.stage = Stage::Connected;
                 self.events.push_back(Event::Connected);
             }
-            (_, Msg::Reject(reason)) => self.fail(HandshakeError::PeerRejected {
-                peer: self.peer.clone(),
-                reason,
-            }),
+            // A stranger's "refusal" refuses nothing: it is only an unexpected message.
+            (_, Msg::Reject(reason)) if !self.is_stranger() => {
+                self.fail(HandshakeError::PeerRejected {
+                    peer: self.peer.clone(),
+                    reason,
+                })
+            }
             (_, m) => self.fail(HandshakeError::Unexpected {
                 peer: self.peer.clone(),
                 msg: Box::new(m),
@@ -479,6 +521,7 @@ impl Handshake {
             secret,
             settings,
             local_devs,
+            secret_ok,
             peer_meta: held,
         } = &mut self.role
         else {
@@ -487,6 +530,7 @@ impl Handshake {
         if let Err(e) = checks::secret(&peer_meta.secret, secret, &self.peer) {
             return self.fail(e);
         }
+        *secret_ok = true;
         let checked = checks::settings(*settings, &peer_meta, &self.peer)
             .and_then(|()| checks::acceptor_layout(*settings, *local_devs, &peer_meta, &self.peer));
         let layout = match checked {

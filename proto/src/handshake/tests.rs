@@ -491,6 +491,8 @@ fn at_stage(stage: Stage) -> Handshake {
     }
 }
 
+/// Every waiting stage but the acceptor's `AwaitConnect`, whose peer is still a stranger with
+/// a shorter, total bound (see the tests below).
 #[test]
 fn a_stall_just_under_the_timeout_survives_and_just_over_fails_naming_the_stage() {
     for stage in [
@@ -498,7 +500,6 @@ fn a_stall_just_under_the_timeout_survives_and_just_over_fails_naming_the_stage(
         Stage::SendConnect,
         Stage::AwaitAccept,
         Stage::SendReady,
-        Stage::AwaitConnect,
         Stage::SendAccept,
         Stage::AwaitReady,
     ] {
@@ -533,11 +534,11 @@ fn a_stall_just_under_the_timeout_survives_and_just_over_fails_naming_the_stage(
 #[test]
 fn any_byte_moved_restarts_the_timeout() {
     let later = T0 + Duration::from_secs(100);
-    // A byte read.
-    let mut a = acceptor();
-    a.handle_bytes(&take_out(&mut connector())[..1], later);
+    // A byte read (from a peer that presented the secret: a stranger's bytes do not count).
+    let mut a = acceptor_awaiting_ready();
+    a.handle_bytes(&wire::encode(&Msg::Ready)[..1], later);
     a.handle_timeout(T0 + HANDSHAKE_TIMEOUT + Duration::from_secs(1));
-    assert_eq!(a.stage(), Stage::AwaitConnect);
+    assert_eq!(a.stage(), Stage::AwaitReady);
     assert_eq!(a.poll_timeout(), Some(later + HANDSHAKE_TIMEOUT));
     // A byte written.
     let mut c = connector();
@@ -550,7 +551,7 @@ fn any_byte_moved_restarts_the_timeout() {
     c.handle_timeout(T0 + HANDSHAKE_TIMEOUT + Duration::from_secs(1));
     assert_eq!(c.stage(), Stage::SendConnect);
     // Nothing moved: an empty read does not count.
-    let mut a = acceptor();
+    let mut a = acceptor_awaiting_ready();
     a.handle_bytes(&[], later);
     a.handle_timeout(T0 + HANDSHAKE_TIMEOUT + Duration::from_secs(1));
     assert_eq!(a.stage(), Stage::Failed);
@@ -565,5 +566,128 @@ fn a_finished_handshake_never_times_out() {
     assert_eq!(
         (a.stage(), a.poll_event(), a.poll_timeout()),
         (Stage::Connected, None, None)
+    );
+}
+
+#[test]
+fn a_stranger_has_the_secret_deadline_in_all_however_its_bytes_trickle_in() {
+    let connect = take_out(&mut connector());
+    let mut a = acceptor();
+    assert!(a.is_stranger());
+    assert_eq!(a.poll_timeout(), Some(T0 + SECRET_DEADLINE));
+    // One byte every 100 ms, up to the deadline: each is progress, none extends it.
+    let mut t = T0;
+    for b in &connect[..50] {
+        t += Duration::from_millis(100);
+        a.handle_bytes(std::slice::from_ref(b), t);
+        a.handle_timeout(t);
+        assert_eq!(a.stage(), Stage::AwaitConnect);
+        assert_eq!(a.poll_timeout(), Some(T0 + SECRET_DEADLINE));
+    }
+    a.handle_timeout(T0 + SECRET_DEADLINE);
+    assert_eq!(a.stage(), Stage::AwaitConnect, "just at the deadline");
+    a.handle_timeout(T0 + SECRET_DEADLINE + Duration::from_millis(1));
+    let e = failure(&mut a);
+    assert_eq!(
+        e,
+        HandshakeError::NoSecret {
+            peer: CONNECTOR.into(),
+            after: SECRET_DEADLINE,
+            received: 50
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "connection from 10.0.0.1:40000 did not present the listen secret within 5 s of being accepted (50 bytes of a message received)"
+    );
+    // A silent one alike.
+    let mut a = acceptor();
+    a.handle_timeout(T0 + SECRET_DEADLINE + Duration::from_millis(1));
+    assert!(matches!(
+        failure(&mut a),
+        HandshakeError::NoSecret { received: 0, .. }
+    ));
+}
+
+#[test]
+fn a_peer_that_presented_the_secret_is_no_stranger_and_keeps_the_no_progress_bound() {
+    let mut a = acceptor();
+    a.handle_bytes(&take_out(&mut connector()), T0 + Duration::from_secs(1));
+    assert!(!a.is_stranger());
+    // Its setup is slow (the transport has not made its QPs yet): the secret's deadline is
+    // long past, and only the no-progress bound applies.
+    assert_eq!(a.stage(), Stage::LocalMeta);
+    assert_eq!(
+        a.poll_timeout(),
+        Some(T0 + Duration::from_secs(1) + HANDSHAKE_TIMEOUT)
+    );
+    a.handle_timeout(T0 + Duration::from_secs(1) + HANDSHAKE_TIMEOUT);
+    assert_eq!(a.stage(), Stage::LocalMeta);
+    // A connector is never a stranger.
+    let mut c = connector();
+    assert!(!c.is_stranger());
+    c.handle_timeout(T0 + 2 * SECRET_DEADLINE);
+    assert_eq!(c.stage(), Stage::SendConnect);
+}
+
+#[test]
+fn a_wrong_secret_leaves_the_peer_a_stranger() {
+    let mut a = acceptor();
+    let mut other = [0u8; SECRET_SIZE];
+    other[0] = 1;
+    a.handle_bytes(&take_out(&mut connector_with(connector_side(), other)), T0);
+    assert!(matches!(
+        failure(&mut a),
+        HandshakeError::WrongSecret { .. }
+    ));
+    assert!(a.is_stranger());
+}
+
+#[test]
+fn a_strangers_reject_is_only_unexpected_and_its_text_is_shown_escaped_and_cut() {
+    let text = format!("\x1b[2J\nFAKE LOG LINE {}", "z".repeat(500));
+    let mut a = acceptor();
+    a.handle_bytes(&wire::encode(&Msg::Reject(text.clone())), T0);
+    let e = failure(&mut a);
+    assert_eq!(
+        e,
+        HandshakeError::Unexpected {
+            peer: CONNECTOR.into(),
+            msg: Box::new(Msg::Reject(text))
+        }
+    );
+    let shown = e.to_string();
+    assert!(
+        shown.starts_with(
+            "unexpected handshake message from 10.0.0.1:40000: Reject \"\\x1b[2J\\nFAKE LOG LINE zz"
+        ),
+        "{shown}"
+    );
+    assert!(shown.ends_with("... (519 bytes in all)\""), "{shown}");
+    assert!(!shown.contains('\n') && !shown.contains('\x1b'));
+    assert!(shown.len() < 200, "{shown}");
+}
+
+#[test]
+fn an_unexpected_connect_is_named_without_its_secret() {
+    let mut c = connector();
+    take_out(&mut c);
+    let mut meta = acceptor_side().meta;
+    meta.secret = [0xab; SECRET_SIZE];
+    c.handle_bytes(&wire::encode(&Msg::Connect(meta)), T0);
+    assert_eq!(
+        failure(&mut c).to_string(),
+        "unexpected handshake message from 10.0.0.2:50000: Connect"
+    );
+}
+
+#[test]
+fn a_reject_reason_is_shown_escaped() {
+    let mut c = connector();
+    take_out(&mut c);
+    c.handle_bytes(&wire::encode(&Msg::Reject("no\nthanks\x07".into())), T0);
+    assert_eq!(
+        failure(&mut c).to_string(),
+        "peer 10.0.0.2:50000 refused the connection: no\\nthanks\\x07"
     );
 }

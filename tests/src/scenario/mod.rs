@@ -12,6 +12,7 @@ mod close;
 mod common;
 mod connect;
 mod flap;
+mod flood;
 mod hostile;
 mod inflight;
 mod kill;
@@ -66,10 +67,13 @@ pub enum Scenario {
     /// The link of the device goes down under 32 sends in flight (`--flap transient`: for 2 s;
     /// `for-good`: until the end): recovered in place, or a bounded failure.
     LinkFlap,
+    /// f: 2,000 silent clients and a trickling one on the listen port; the real peer still
+    /// connects and moves 1 MiB in a bound, and the fds come back.
+    ListenerFlood,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::InitProbe,
         Scenario::ConnectOrders,
         Scenario::SizeSweep,
@@ -84,6 +88,7 @@ impl Scenario {
         Scenario::VirtualNic,
         Scenario::BigMessage,
         Scenario::LinkFlap,
+        Scenario::ListenerFlood,
     ];
 
     pub fn name(self) -> &'static str {
@@ -102,6 +107,7 @@ impl Scenario {
             Scenario::VirtualNic => "virtual-nic",
             Scenario::BigMessage => "big-message",
             Scenario::LinkFlap => "link-flap",
+            Scenario::ListenerFlood => "listener-flood",
         }
     }
 
@@ -135,6 +141,7 @@ impl Scenario {
             Scenario::VirtualNic => vnic::run(ctx),
             Scenario::BigMessage => big::run(ctx),
             Scenario::LinkFlap => flap::run(ctx),
+            Scenario::ListenerFlood => flood::run(ctx),
         }
     }
 }
