@@ -8,8 +8,9 @@
 //! - [`endpoint`]: QPs and their state transitions, the flush QP, registered protocol buffers;
 //! - [`comm`]: a connected comm (either side), its CQ polling, liveness check and `test`;
 //! - [`send`] / [`recv`]: `isend`, `irecv`, `iflush` and the posts they make;
-//! - [`cts`]: the coalesced clear-to-send writes, and the list of receive comms that lets any
-//!   waiting call write out entries another comm holds staged;
+//! - [`cts`]: the coalesced clear-to-send writes, and the backstop that lets any waiting call
+//!   write out entries another comm holds staged (over [`receivers`], the registry of receive
+//!   comms and its queue of those with entries staged);
 //! - [`registration`]: `regMr`, `regMrDmaBuf`, `deregMr` through the registration cache;
 //! - [`handles`]: the objects NCCL holds as `void*`, their magic words, and `close`;
 //! - [`access`]: who may do what to which memory (the access of every QP and registration).
