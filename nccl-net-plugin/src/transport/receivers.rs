@@ -8,7 +8,8 @@
 //! queued comms, from the front. So what a look costs does not depend on how many receive comms
 //! the process has, and neither does any other operation: adding and removing a comm, queueing
 //! it and taking the front are O(1) (slots reached by their ticket, a free list, the queue linked
-//! through the slots), never a scan.
+//! through the slots), never a scan; only adding a comm when no slot is free may grow the slot
+//! table (amortised O(1), by doubling).
 //!
 //! The lifetime rule:
 //! - a comm is added once it is at its final heap address, before NCCL can see it;
