@@ -34,8 +34,8 @@
 //! (`RUSTFLAGS="--cfg loom" cargo test -p nccl-net-plugin --lib receivers::model`).
 
 use crate::sync::Mutex;
-use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
+use std::sync::{OnceLock, TryLockError};
 
 /// Every open receive comm of the process, by address, and the queue of those that staged.
 pub(super) fn list() -> &'static Registry {
@@ -236,8 +236,11 @@ impl Registry {
         most: usize,
         mut visit: impl FnMut(usize) -> Visit,
     ) -> Option<usize> {
-        let Ok(mut s) = self.inner.try_lock() else {
-            return None;
+        let mut s = match self.inner.try_lock() {
+            Ok(s) => s,
+            Err(TryLockError::WouldBlock) => return None,
+            // A visit that panicked left the queue whole (its comm was unlinked before).
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
         };
         let mut busy = NIL;
         let mut taken = 0;
