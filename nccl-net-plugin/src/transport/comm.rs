@@ -125,6 +125,9 @@ pub struct Comm {
     handles: Box<[ReqHandle]>,
     /// NCCL profiler events of this comm's work (v10+; empty without a profiler).
     pub(crate) profiler: crate::profiler::CommEvents,
+    /// A receive comm's place in the queue of comms with staged clear-to-send entries
+    /// ([`receivers`]), from its creation to its withdrawal; `None` for a send comm.
+    pub(super) place: Option<receivers::Place>,
 }
 
 // SAFETY: the raw pointers inside (request handles' back-pointers to this comm, verbs objects)
@@ -148,9 +151,11 @@ impl CommPtr {
 
 impl Drop for CommPtr {
     fn drop(&mut self) {
-        Comm::withdraw(self.0);
-        // SAFETY: allocated by Box::into_raw in Comm::create and never handed out; withdrawn
-        // from the receiver list, so no other thread refers to it.
+        // SAFETY: allocated by Box::into_raw in Comm::create, never handed out and not freed;
+        // the shared reference ends with this statement.
+        unsafe { &*self.0 }.withdraw();
+        // SAFETY: as above; withdrawn from the receiver registry, so no other thread refers
+        // to it.
         drop(unsafe { Box::from_raw(self.0) });
     }
 }
@@ -299,6 +304,7 @@ impl Comm {
             oob: Mutex::new(OobRx::default()),
             handles: Box::new([]),
             profiler: Default::default(),
+            place: None,
         }));
         let handles: Box<[ReqHandle]> =
             (0..nreq as u32).map(|idx| ReqHandle::new(p, idx)).collect();
@@ -306,17 +312,22 @@ impl Comm {
         // it (no reference to the comm is created), so the copies of p in the handles stay valid.
         unsafe { (*p).handles = handles };
         if kind == ObjectKind::RecvComm {
-            receivers::list().add(p as usize);
+            let place = receivers::Place::new(receivers::list().add(p as usize));
+            // SAFETY: as above; no other thread can reach the comm before it is queued, which
+            // only its own calls do.
+            unsafe { (*p).place = Some(place) };
         }
         CommPtr(p)
     }
 
     /// The first step of a comm's end, before its magic word is overwritten and before it is
     /// freed: takes it out of the one structure other threads reach it through (the receiver
-    /// list of clear-to-send writes), waiting for a thread that is visiting it. A no-op for a
-    /// send comm.
-    pub(super) fn withdraw(p: *const Comm) {
-        receivers::list().remove(p as usize);
+    /// registry of clear-to-send writes), waiting for a thread that is visiting it. O(1); a
+    /// no-op for a send comm.
+    pub(super) fn withdraw(&self) {
+        if let Some(place) = &self.place {
+            receivers::list().remove(place.ticket);
+        }
     }
 
     pub(super) fn describe(&self) -> String {

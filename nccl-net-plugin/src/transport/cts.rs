@@ -1,47 +1,87 @@
 //! Clear-to-send writes: posting the coalesced writes the receive core decides
-//! ([`ferro_proto::comm::recv::CtsWrite`]), and the process-wide list of receive comms, so that a
-//! thread waiting on any comm writes out entries that another comm still holds staged.
+//! ([`ferro_proto::comm::recv::CtsWrite`]), and the backstop that writes out entries a receive
+//! comm left staged while its caller waits on another comm.
 //!
-//! Why the list: a receive comm stages the entries of receives posted while its sender still has
-//! clear-to-send entries to use, and writes them on its next call. A caller that posts receives
-//! on one comm and then waits on another (a send to the same peer, whose own receives wait for
-//! ours) would leave them staged; the periodic look of every waiting call (every
-//! `LIVENESS_EVERY` calls) therefore writes out the staged entries of every other receive comm
-//! of the process. Comms locked by their own thread are skipped: that thread is inside a call on
-//! the comm, and writes them itself.
+//! Why the backstop: a receive comm stages the entries of receives posted while its sender
+//! still has clear-to-send entries to use, and writes them on its next call. A caller that posts
+//! receives on one comm and then waits on another (a send to the same peer, whose own receives
+//! wait for ours) would leave them staged for ever: a hang.
+//!
+//! How, at a cost that does not grow with the number of comms: a receive comm whose `irecv`
+//! leaves entries staged joins the process-wide queue of [`receivers`] (once: a flag under the
+//! comm's own lock says it is queued, so the registry's lock is only taken when it was not).
+//! The periodic look of every waiting call (every `LIVENESS_EVERY` calls, on any comm) takes at
+//! most [`VISITS_PER_LOOK`] comms from the front of the queue and writes out everything each
+//! has staged. A comm it cannot lock is in a call of its own thread right now: it goes back to
+//! the end of the queue, to be written by that thread or by a later look. A comm that wrote its
+//! entries itself stays queued until a look takes it and finds nothing to write: the queue
+//! holds at most every receive comm once, and a look costs the same with 16 comms or 4,096.
 
 use super::comm::{Comm, ReceiverMem, Side};
-use super::receivers;
+use super::receivers::{self, Visit};
 use crate::error::Result;
 use ferro_proto::comm::Failure;
 use ferro_proto::comm::recv::{CtsWrite, RecvCore};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain, SendFlags};
+use std::sync::TryLockError;
+use std::sync::atomic::Ordering;
 
 /// The QP that carries clear-to-send writes.
 const CTS_QP: usize = 0;
 
-/// Writes the staged entries of every receive comm except `current` (whose lock the caller
-/// holds) and those another thread is using right now.
-pub(super) fn flush_others(current: *const Comm) {
-    // Another thread holding the list is adding, removing, or doing this same work.
-    receivers::list().try_visit(current as usize, |c| {
-        // SAFETY: the registry only visits addresses of live comms (removed before they are
-        // freed, under the lock held during this call), and only shared references are made.
+/// The most queued comms one look visits. Every waiting comm looks every `LIVENESS_EVERY`
+/// calls, so a comm at place `p` of the queue is reached within `p / VISITS_PER_LOOK` looks of
+/// any waiting comm, and each look does a fixed amount of work.
+pub(super) const VISITS_PER_LOOK: usize = 4;
+
+/// Writes the staged entries of up to [`VISITS_PER_LOOK`] queued receive comms, never
+/// `current` (whose lock the caller holds).
+pub(super) fn flush_others(current: &Comm) {
+    // `None`: another thread holds the registry (adding, removing, queueing or doing this same
+    // work); a later look does it.
+    let _ = receivers::list().try_visit(current as *const Comm as usize, VISITS_PER_LOOK, |c| {
+        // SAFETY: the registry only visits addresses of live comms (removed before they
+        // are freed, under the lock held during this call), and only shared references are
+        // made.
         let comm = unsafe { &*(c as *const Comm) };
-        let Side::Receiver { mem, core, .. } = &comm.side else {
-            return;
-        };
-        let Ok(mut core) = core.try_lock() else {
-            return;
-        };
-        if let Some(w) = core.cts_flush() {
-            // A failure is recorded as the comm's sticky error, reported by its next call.
-            let _ = comm.post_cts(mem, &mut core, &w);
-        }
+        comm.write_staged_for_others()
     });
 }
 
 impl Comm {
+    /// A look of another comm's call visits this one: everything staged is written out, unless
+    /// this comm is in a call of its own thread right now (it is then kept queued).
+    fn write_staged_for_others(&self) -> Visit {
+        let (Side::Receiver { mem, core, .. }, Some(place)) = (&self.side, &self.place) else {
+            return Visit::Done;
+        };
+        let mut core = match core.try_lock() {
+            Ok(core) => core,
+            Err(TryLockError::WouldBlock) => return Visit::Busy,
+            // Unusable after an earlier internal error: its calls only report that.
+            Err(TryLockError::Poisoned(_)) => return Visit::Done,
+        };
+        // Off the queue, under the comm's lock: its next staging queues it again.
+        place.queued.store(false, Ordering::Relaxed);
+        if let Some(w) = core.cts_flush() {
+            // A failure is recorded as the comm's sticky error, reported by its next call.
+            let _ = self.post_cts(mem, &mut core, &w);
+        }
+        Visit::Done
+    }
+
+    /// After an `irecv` that left entries staged (the core holds the comm's lock): the comm is
+    /// queued for the backstop, joining the queue only if it is not there already.
+    pub(super) fn keep_staged(&self, core: &RecvCore) {
+        let Some(place) = &self.place else {
+            return;
+        };
+        if core.staged() > 0 && !place.queued.load(Ordering::Relaxed) {
+            place.queued.store(true, Ordering::Relaxed);
+            receivers::list().queue(place.ticket);
+        }
+    }
+
     /// Posts one clear-to-send write: one work request per byte range (two when the run
     /// wraps around the ring), chained in one `ibv_post_send` on QP 0 (from this side's first
     /// member to the sender's first member, whose FIFO key is used). A failed post becomes the

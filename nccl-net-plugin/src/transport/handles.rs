@@ -95,7 +95,9 @@ pub unsafe fn close(p: *mut core::ffi::c_void, kind: ObjectKind) -> Result<()> {
     }
     if matches!(kind, ObjectKind::SendComm | ObjectKind::RecvComm) {
         // Before anything else: no other thread may reach the comm once its end begins.
-        Comm::withdraw(p.cast());
+        // SAFETY: the magic says `p` is a live comm of ours; the shared reference ends with
+        // this statement, before the magic word is overwritten and the comm freed.
+        unsafe { &*p.cast::<Comm>() }.withdraw();
     }
     // The magic word is overwritten next.
     // SAFETY: the magic says `p` is a live object of ours; no reference to it is held here.

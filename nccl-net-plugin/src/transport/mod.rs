@@ -10,8 +10,9 @@
 //! - [`send`] / [`recv`]: `isend`, `irecv`, `iflush` and the posts they make;
 //! - [`recovery`]: recovery in place executed: stopping, the exchange on the out-of-band
 //!   connection, rebuilding and reconnecting the QPs, reposting and replaying;
-//! - [`cts`]: the coalesced clear-to-send writes, and the list of receive comms that lets any
-//!   waiting call write out entries another comm holds staged;
+//! - [`cts`]: the coalesced clear-to-send writes, and the backstop that lets any waiting call
+//!   write out entries another comm holds staged (over [`receivers`], the registry of receive
+//!   comms and its queue of those with entries staged);
 //! - [`registration`]: `regMr`, `regMrDmaBuf`, `deregMr` through the registration cache;
 //! - [`handles`]: the objects NCCL holds as `void*`, their magic words, and `close`;
 //! - [`access`]: who may do what to which memory (the access of every QP and registration).

@@ -260,7 +260,7 @@ impl Comm {
             }
         }
         while let Some(m) = self.oob.lock().ok().and_then(|mut rx| rx.pop()) {
-            if core.recovery().is_news(&m) {
+            if core.is_news(&m) {
                 C::quiesce(self, core);
             }
             let was_stopped = core.recovery().is_stopped();

@@ -47,6 +47,7 @@ impl Comm {
         if let Some(w) = &post.cts {
             self.post_cts(mem, &mut core, w)?;
         }
+        self.keep_staged(&core);
         Ok(Some(self.req_ptr(post.req)))
     }
 

@@ -39,6 +39,13 @@ pub trait Recovering {
     /// What the transport does next ([`Step`]).
     fn recovery_step(&self) -> Step;
 
+    /// Whether the peer's message stops this side at a later epoch than its own (the
+    /// transport quiesces its QPs first: the receiver's report must hold every immediate that
+    /// arrived).
+    fn is_news(&self, msg: &Msg) -> bool {
+        matches!(msg, Msg::Recover { epoch } if *epoch > self.recovery().epoch())
+    }
+
     /// The comm's QPs failed (`cause`): it stops at the next epoch; returns what to tell the
     /// peer ([`Recovering::stop_messages`]).
     fn start_recovery(&mut self, now: Duration, cause: &str) -> Result<Vec<Msg>, RecoveryError> {

@@ -182,13 +182,6 @@ impl Recovery {
         self.wanted.is_some()
     }
 
-    /// Whether the peer's message stops this side at a later epoch than its own (the
-    /// transport quiesces its QPs first: the receiver's report must hold every immediate that
-    /// arrived).
-    pub fn is_news(&self, msg: &crate::wire::Msg) -> bool {
-        matches!(msg, crate::wire::Msg::Recover { epoch } if *epoch > self.epoch)
-    }
-
     /// The peer's QPs of `epoch` were rebuilt: kept for the connect step if `epoch` is the
     /// current recovery's (an older one is stale and ignored).
     pub fn set_peer_qpns(&mut self, epoch: u32, qpns: Vec<u32>) {
