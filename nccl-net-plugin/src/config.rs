@@ -109,8 +109,25 @@ settings! {
     /// `FERRO_RECOVERY_BUDGET_S`: the most seconds one recovery in place of a comm may take,
     /// from its stop to its resume (a link flap, a QP error; see the design's "Recovery in
     /// place"); 0 turns recovery off: a port down, a QP error event or a failed completion fails
-    /// the comm at once.
-    recovery_budget_s: u32 = "FERRO_RECOVERY_BUDGET_S", 30, int(0, 3_600);
+    /// the comm at once. Unset: 30, or 0 when `NCCL_IB_RESILIENCY_PORT_RECOVERY=0` is set
+    /// ([`Config::recovery_budget`]).
+    recovery_budget_s: Option<u32> = "FERRO_RECOVERY_BUDGET_S", None, opt_int(0, 3_600),
+        or "30 s (0 with NCCL_IB_RESILIENCY_PORT_RECOVERY=0)";
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY` (NCCL 2.30.3+, its default 0 = off): set to 0, recovery
+    /// in place is off unless `FERRO_RECOVERY_BUDGET_S` is set; set to 1, it is on (as it is
+    /// by default here).
+    resiliency_port_recovery: Option<bool> = "NCCL_IB_RESILIENCY_PORT_RECOVERY", None, opt_flag,
+        or "unset";
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY` (ms, NCCL's default 200): how long a
+    /// stopped comm waits before it rebuilds its QPs, counted from its stop (unset: no wait
+    /// beyond the port being active).
+    resiliency_start_delay_ms: Option<u32> = "NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY", None,
+        opt_int(0, 600_000), or "unset";
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX` (NCCL's default 5): the most epochs one
+    /// recovery may enter (a failure during a recovery restarts it) before the comm fails
+    /// (unset: only the budget bounds it).
+    resiliency_attempts_max: Option<u32> = "NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX", None,
+        opt_int(1, 1_000), or "unset";
     /// `FERRO_IBVERBS_LIB`: the libibverbs to open instead of `libibverbs.so.1` (a path or a
     /// name the dynamic loader finds).
     ibverbs_lib: Option<String> = "FERRO_IBVERBS_LIB", None, text;
@@ -125,6 +142,47 @@ settings! {
     gid_overrides: Vec<GidOverride> = "FERRO_GID_INDEX", Vec::new(), gid_overrides,
         or "no per-device override";
 }
+
+/// Seconds one recovery in place may take when neither `FERRO_RECOVERY_BUDGET_S` nor
+/// `NCCL_IB_RESILIENCY_PORT_RECOVERY` says otherwise.
+pub const DEFAULT_RECOVERY_BUDGET_S: u32 = 30;
+
+/// Variables of NCCL's resiliency (2.29.7 / 2.30.3) that tune its own mechanism, which this plugin
+/// does not have, with why: read only to say so.
+pub const NOT_APPLICABLE: &[(&str, &str)] = &[
+    (
+        "NCCL_IB_RESILIENCY_PORT_FAILOVER",
+        "NCCL's failover probes the receiver's completion records with RDMA READs over another member of a fused NIC; recovery in place here agrees on what was delivered over the out-of-band connection instead (FERRO_RECOVERY_BUDGET_S), for every comm",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS",
+        "no RDMA READ probes here (see NCCL_IB_RESILIENCY_PORT_FAILOVER); a recovery is bounded by FERRO_RECOVERY_BUDGET_S and NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY",
+        "no RDMA READ probes here (see NCCL_IB_RESILIENCY_PORT_FAILOVER)",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_INTERVAL",
+        "NCCL's port recovery sends alive messages over its own QPs; here the peers agree over the out-of-band connection, and a port is used again once it reports itself ACTIVE",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_SIZE",
+        "no alive messages here (see NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_INTERVAL)",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_SEQUENCE_SIZE",
+        "no alive messages here (see NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_INTERVAL)",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_TIMEOUT",
+        "no alive messages here; a recovery is bounded by FERRO_RECOVERY_BUDGET_S",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT",
+        "no alive messages or acknowledgements here; a recovery is bounded by FERRO_RECOVERY_BUDGET_S",
+    ),
+];
 
 /// A rejected setting: `NCCL_IB_GID_INDEX="abc" is not an integer; using the default -1`.
 pub type Warning = String;
@@ -158,6 +216,18 @@ impl Show for AddrFamily {
 impl Show for Option<(IpAddr, u8)> {
     fn show(&self) -> String {
         self.map_or("unset".to_string(), |(ip, p)| format!("{ip}/{p}"))
+    }
+}
+
+impl Show for Option<u32> {
+    fn show(&self) -> String {
+        self.map_or("unset".to_string(), |v| v.to_string())
+    }
+}
+
+impl Show for Option<bool> {
+    fn show(&self) -> String {
+        self.map_or("unset".to_string(), |v| u8::from(v).to_string())
     }
 }
 
@@ -230,6 +300,16 @@ fn flag(text: &str) -> Result<bool, String> {
 /// Any integer; true unless 0.
 fn nonzero(text: &str) -> Result<bool, String> {
     int::<i64>(i64::MIN, i64::MAX)(text).map(|v| v != 0)
+}
+
+/// An integer in `min..=max`, kept as set (`None` when unset).
+fn opt_int<T: TryFrom<i64>>(min: i64, max: i64) -> impl Fn(&str) -> Result<Option<T>, String> {
+    move |text| int::<T>(min, max)(text).map(Some)
+}
+
+/// 0 or 1, kept as set (`None` when unset).
+fn opt_flag(text: &str) -> Result<Option<bool>, String> {
+    flag(text).map(Some)
 }
 
 /// Any text, taken as given.
@@ -379,6 +459,30 @@ impl Config {
     pub fn process() -> &'static (Config, Vec<Warning>) {
         static PROCESS: std::sync::OnceLock<(Config, Vec<Warning>)> = std::sync::OnceLock::new();
         PROCESS.get_or_init(Config::from_env)
+    }
+
+    /// The budget of one recovery in place (zero: off): `FERRO_RECOVERY_BUDGET_S` when set;
+    /// else off when `NCCL_IB_RESILIENCY_PORT_RECOVERY=0` is set (the operator asked for NCCL's
+    /// behaviour without port recovery); else 30 s.
+    pub fn recovery_budget(&self) -> std::time::Duration {
+        let secs = match (self.recovery_budget_s, self.resiliency_port_recovery) {
+            (Some(s), _) => s,
+            (None, Some(false)) => 0,
+            (None, _) => DEFAULT_RECOVERY_BUDGET_S,
+        };
+        std::time::Duration::from_secs(u64::from(secs))
+    }
+
+    /// The INFO lines for variables of NCCL's IB transport that are set but have no meaning
+    /// here, each with why (said once, at `init`).
+    pub fn not_applicable(get: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+        NOT_APPLICABLE
+            .iter()
+            .filter_map(|(name, why)| {
+                let v = get(name)?;
+                (!v.trim().is_empty()).then(|| format!("{name}={} does not apply: {why}", v.trim()))
+            })
+            .collect()
     }
 
     /// The GID selection policy these settings describe.
@@ -606,6 +710,44 @@ mod tests {
         assert_eq!(c.socket_ifname.as_deref(), Some("^docker,lo"));
         assert!(w.is_empty(), "{w:?}");
         assert!(c.summary().contains(" NCCL_SOCKET_IFNAME=^docker,lo "));
+    }
+
+    #[test]
+    fn recovery_is_on_for_30_s_unless_the_budget_or_ncclss_port_recovery_says_otherwise() {
+        let secs = |pairs: &[(&str, &str)]| parse(pairs).0.recovery_budget().as_secs();
+        assert_eq!(secs(&[]), 30);
+        assert_eq!(secs(&[("NCCL_IB_RESILIENCY_PORT_RECOVERY", "1")]), 30);
+        assert_eq!(secs(&[("NCCL_IB_RESILIENCY_PORT_RECOVERY", "0")]), 0);
+        assert_eq!(
+            secs(&[
+                ("NCCL_IB_RESILIENCY_PORT_RECOVERY", "0"),
+                ("FERRO_RECOVERY_BUDGET_S", "5")
+            ]),
+            5
+        );
+        assert_eq!(secs(&[("FERRO_RECOVERY_BUDGET_S", "0")]), 0);
+        let (_, w) = parse(&[("FERRO_RECOVERY_BUDGET_S", "-1")]);
+        assert_eq!(
+            w,
+            [
+                "FERRO_RECOVERY_BUDGET_S=-1 is outside 0..=3600; using 30 s (0 with NCCL_IB_RESILIENCY_PORT_RECOVERY=0)"
+            ]
+        );
+    }
+
+    #[test]
+    fn nccls_own_resiliency_tunables_are_said_not_to_apply_when_set() {
+        let get = |name: &str| {
+            (name == "NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT").then(|| "1000".to_string())
+        };
+        let lines = Config::not_applicable(&get);
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0]
+                .starts_with("NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT=1000 does not apply: "),
+            "{lines:?}"
+        );
+        assert!(Config::not_applicable(&|_| None).is_empty());
     }
 
     #[test]

@@ -138,6 +138,9 @@ fn build() -> std::result::Result<Plugin, Error> {
     for w in &warnings {
         warn!(INIT | ENV, "{w}");
     }
+    for line in Config::not_applicable(&|name| std::env::var(name).ok()) {
+        info!(INIT | ENV, "{line}");
+    }
     if config.disable {
         return Err(Error::System("disabled by NCCL_IB_DISABLE=1".into()));
     }

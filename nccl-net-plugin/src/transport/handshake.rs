@@ -134,7 +134,13 @@ fn now() -> Duration {
 /// `FERRO_RECOVERY_BUDGET_S` (recovery in place, zero: off).
 fn configure_health<C: Recovering>(core: &mut C) -> Result<()> {
     let config = &plugin::get()?.config;
-    core.set_recovery_budget(Duration::from_secs(u64::from(config.recovery_budget_s)));
+    core.set_recovery_budget(config.recovery_budget());
+    core.recovery_parts().0.set_limits(
+        config
+            .resiliency_start_delay_ms
+            .map(|ms| Duration::from_millis(u64::from(ms))),
+        config.resiliency_attempts_max,
+    );
     let health = core.recovery_parts().1;
     health.set_stall_threshold(Duration::from_secs(u64::from(config.stall_warn_s)));
     health.set_return_async_events(config.return_async_events);

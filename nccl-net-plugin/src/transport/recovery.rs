@@ -278,7 +278,7 @@ impl Comm {
             match core.recovery_step() {
                 Step::Run | Step::Wait => return Ok(()),
                 Step::Rebuild => {
-                    if self.ep.port_not_ready().is_some() {
+                    if !core.recovery().may_rebuild(t) || self.ep.port_not_ready().is_some() {
                         return Ok(());
                     }
                     let qpns = self.ep.rebuild()?;
@@ -289,7 +289,7 @@ impl Comm {
                     self.tell_peer(&[m])?;
                 }
                 Step::Connect(peer) => {
-                    if !C::connect(self, core, &peer)? {
+                    if !core.recovery().may_rebuild(t) || !C::connect(self, core, &peer)? {
                         return Ok(());
                     }
                 }

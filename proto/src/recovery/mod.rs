@@ -95,6 +95,10 @@ pub struct Recovery {
     rebuilt: bool,
     /// The peer's rebuilt QPs of the current epoch, from its `Rebuilt`.
     peer_qpns: Option<Vec<u32>>,
+    /// The least time from the stop to a rebuild (`NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY`).
+    start_delay: Duration,
+    /// The most epochs one recovery may enter (`NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX`).
+    attempts_max: Option<u32>,
 }
 
 impl Recovery {
@@ -105,6 +109,19 @@ impl Recovery {
 
     pub fn budget(&self) -> Duration {
         self.budget
+    }
+
+    /// The least time from a stop to the rebuild of the QPs (`None`: none), and the most epochs
+    /// one recovery may enter before the comm fails (`None`: only the budget bounds it).
+    pub fn set_limits(&mut self, start_delay: Option<Duration>, attempts_max: Option<u32>) {
+        self.start_delay = start_delay.unwrap_or_default();
+        self.attempts_max = attempts_max;
+    }
+
+    /// Whether the QPs may be rebuilt at `now`: the start delay has passed since the stop.
+    pub fn may_rebuild(&self, now: Duration) -> bool {
+        self.since
+            .is_none_or(|s| now.saturating_sub(s) >= self.start_delay)
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -151,6 +168,11 @@ impl Recovery {
         let since = *self.since.get_or_insert(now);
         if now.saturating_sub(since) > self.budget {
             return Err(RecoveryError::NotReady("the recovery budget is spent"));
+        }
+        if self.attempts_max.is_some_and(|m| self.attempts >= m) {
+            return Err(RecoveryError::NotReady(
+                "the recovery's attempts are spent (NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX)",
+            ));
         }
         self.epoch = epoch;
         self.stopped = true;

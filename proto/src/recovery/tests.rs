@@ -523,3 +523,21 @@ fn the_receives_outstanding_are_those_whose_immediates_did_not_arrive() {
     c.handle_completion(posts[0].recv_wr_id_on(1), 4096 / 2, |_, _| unreachable!());
     assert_eq!(c.receives_outstanding(), 5);
 }
+
+#[test]
+fn the_start_delay_holds_the_rebuild_and_the_attempts_cap_ends_a_recovery_that_keeps_failing() {
+    let mut r = Recovery::default();
+    r.set_budget(BUDGET);
+    r.set_limits(Some(Duration::from_millis(200)), Some(2));
+    assert!(r.may_rebuild(s(0)), "nothing to wait for while running");
+    r.stop(s(10), "port down").unwrap();
+    assert!(!r.may_rebuild(s(10)));
+    assert!(r.may_rebuild(s(10) + Duration::from_millis(200)));
+    r.stop(s(11), "again").unwrap();
+    assert_eq!(
+        r.stop(s(12), "and again"),
+        Err(RecoveryError::NotReady(
+            "the recovery's attempts are spent (NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX)"
+        ))
+    );
+}
