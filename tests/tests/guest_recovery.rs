@@ -61,3 +61,14 @@ fn a_two_second_link_flap_is_recovered_through_the_v8_table_and_with_two_split_q
 fn a_link_down_past_the_recovery_budget_fails_both_sides_within_bounds() {
     flap("for-good", "12", &[("FERRO_RECOVERY_BUDGET_S", "3")], 180).assert_all_passed();
 }
+
+#[test]
+fn a_peer_killed_while_the_other_side_recovers_is_found_within_the_dead_peer_bound() {
+    let rep = flap("peer-killed", "12", &[], 180);
+    assert!(
+        rep.rank(1).killed_by_driver,
+        "the sender was never killed\n{}",
+        rep.dump()
+    );
+    rep.assert_passed(0);
+}

@@ -13,6 +13,10 @@
 //! lines carry the recovery counters (QPs rebuilt, sends and bytes replayed, time). Then a flap
 //! while idle (nothing in flight) and 4 more messages: no further recovery is needed.
 //!
+//! `--flap peer-killed`: the link goes down under traffic, the receiver stops to recover, the
+//! sender is killed (SIGKILL) and the link comes back: the receiver's requests fail within a
+//! bound of the kill (the peer's connection is gone), naming the dead peer.
+//!
 //! `--flap for-good` (down until the end, with a small `FERRO_RECOVERY_BUDGET_S`): the requests
 //! fail within the budget plus a bound, with the WARN that says recovery gave up; the sender
 //! brings the link back before it exits.
@@ -34,6 +38,8 @@ pub enum Flap {
     Transient,
     /// Down until the scenario ends.
     ForGood,
+    /// Down; the sender is killed while the receiver recovers; then up.
+    PeerKilled,
 }
 
 /// The netdev under rxe1 in the guest.
@@ -173,6 +179,7 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
     match ctx.opts.flap {
         Flap::Transient => transient(ctx),
         Flap::ForGood => for_good(ctx),
+        Flap::PeerKilled => peer_killed(ctx),
     }
 }
 
@@ -405,5 +412,89 @@ fn for_good(ctx: &mut Ctx) -> HResult<String> {
         gave_up
             .first()
             .map_or("(the peer's notice)", |s| s.as_str())
+    ))
+}
+
+/// How soon after the sender's death (and the link's return) the receiver must fail.
+const DEATH_NOTICE: Duration = Duration::from_secs(20);
+
+fn peer_killed(ctx: &mut Ctx) -> HResult<String> {
+    let n = 8;
+    let buf = Buffer::new(n * MIB)?;
+    let (send, recv) = connect(ctx)?;
+    let net = ctx.net;
+    if let Some(sc) = &send {
+        let mr = net.reg_host(sc, &buf).call("regMr")?;
+        ctx.ctl.barrier("posted", BARRIER_TIMEOUT)?;
+        let _reqs = post_sends(ctx, sc, &buf, &mr, 0..n / 2, 0)?;
+        set_link(false)?;
+        // The receiver waits on the downed port for the other half, and stops to recover.
+        std::thread::sleep(Duration::from_secs(2));
+        ctx.note("asking to be killed while the receiver recovers");
+        ctx.ctl.kill_me();
+        std::thread::sleep(Duration::from_secs(60));
+        bail!("asked to be killed 60 s ago and still alive");
+    }
+    let Some(rc) = &recv else {
+        bail!("neither side")
+    };
+    let mr = net.reg_host(rc, &buf).call("regMr")?;
+    let reqs = post_receives(ctx, rc, &buf, &mr, n)?;
+    ctx.ctl.barrier("posted", BARRIER_TIMEOUT)?;
+    let start = Instant::now();
+    let mut killed_at = None;
+    let mut pending: Vec<Request> = reqs;
+    let err = loop {
+        if killed_at.is_none() && ctx.ctl.peer_killed() {
+            killed_at = Some(Instant::now());
+            set_link(true)?;
+        }
+        if let Some(t) = killed_at {
+            ensure!(
+                t.elapsed() <= DEATH_NOTICE,
+                "no call failed within {DEATH_NOTICE:?} of the sender's death"
+            );
+        } else {
+            ensure!(
+                start.elapsed() < Duration::from_secs(120),
+                "the driver never killed the sender"
+            );
+        }
+        let mut failed = None;
+        pending.retain(|r| match net.test(r) {
+            Ok((done, _)) => !done,
+            Err(code) => {
+                failed.get_or_insert(code);
+                false
+            }
+        });
+        if let Some(code) = failed {
+            break code;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let after = killed_at.map(|t| t.elapsed());
+    ensure!(
+        after.is_some(),
+        "a receive failed ({err:?}) before the sender was killed"
+    );
+    let stopped = log_lines(STOPPED).len();
+    ensure!(
+        stopped >= 1,
+        "the receiver failed ({err:?}) but never stopped to recover"
+    );
+    let why = log_lines("peer")
+        .into_iter()
+        .find(|l| l.contains("closed the connection") || l.contains("connection error"))
+        .unwrap_or_default();
+    ensure!(
+        !why.is_empty(),
+        "the failure does not name the dead peer: {:?}",
+        log_lines("")
+    );
+    net.dereg_mr(rc, mr).call("deregMr")?;
+    Ok(format!(
+        "the sender was killed while the receiver recovered: {err:?} {:.1} s after the kill; WARN: {why}",
+        after.unwrap_or_default().as_secs_f64()
     ))
 }

@@ -171,7 +171,7 @@ pub struct Opts {
 }
 
 pub const USAGE: &str = "usage: nccl-harness --scenario NAME [--rank R] [--nranks N] [--dev rxe0] [--iters N] \
-                         [--victim sender|receiver] [--delay-ms MS] [--flap transient|for-good]";
+                         [--victim sender|receiver] [--delay-ms MS] [--flap transient|for-good|peer-killed]";
 
 /// Parses the arguments (without the program name).
 pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
@@ -228,9 +228,10 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String
                 opts.flap = match value("--flap")?.as_str() {
                     "transient" => Flap::Transient,
                     "for-good" => Flap::ForGood,
+                    "peer-killed" => Flap::PeerKilled,
                     other => {
                         return Err(format!(
-                            "--flap must be transient or for-good, not {other:?}"
+                            "--flap must be transient, for-good or peer-killed, not {other:?}"
                         ));
                     }
                 }
