@@ -69,6 +69,22 @@ pub struct QpLayout {
     pub local_devs: usize,
     /// Member devices of the peer's.
     pub remote_devs: usize,
+    /// Members of this side that are down (bit `m` for member `m`): their QPs run on the next
+    /// member up instead (failover inside a virtual NIC; zero for a connection that never failed
+    /// over).
+    pub local_down: u8,
+    /// Members of the peer that are down, as the peer said in the recovery exchange.
+    pub remote_down: u8,
+}
+
+/// The member a QP whose home member is `home` runs on when the members in `down` are down:
+/// its home, else the next member up (in member order, wrapping); its home when every member is
+/// down.
+fn member_up(home: usize, members: usize, down: u8) -> usize {
+    (0..members)
+        .map(|k| (home + k) % members)
+        .find(|&m| m >= 8 || down & (1 << m) == 0)
+        .unwrap_or(home)
 }
 
 impl QpLayout {
@@ -81,7 +97,23 @@ impl QpLayout {
             split,
             local_devs,
             remote_devs,
+            local_down: 0,
+            remote_down: 0,
         }
+    }
+
+    /// The same layout with these members down on each side (see [`QpLayout::local_down`]).
+    pub fn with_down(self, local_down: u8, remote_down: u8) -> Self {
+        QpLayout {
+            local_down,
+            remote_down,
+            ..self
+        }
+    }
+
+    /// This side's member device that QP `q` belongs to when every member is up.
+    pub fn home_local_dev(&self, q: usize) -> usize {
+        q % self.local_devs.max(1)
     }
 
     /// A connection between two physical devices.
@@ -101,14 +133,17 @@ impl QpLayout {
             .clamp(1, self.nqps.max(1))
     }
 
-    /// This side's member device that QP `q` runs on.
+    /// This side's member device that QP `q` runs on: its home member, or the next one up
+    /// when that one is down.
     pub fn local_dev(&self, q: usize) -> usize {
-        q % self.local_devs.max(1)
+        let n = self.local_devs.max(1);
+        member_up(q % n, n, self.local_down)
     }
 
-    /// The peer's member device at the other end of QP `q`.
+    /// The peer's member device at the other end of QP `q` (its home, or the next one up there).
     pub fn remote_dev(&self, q: usize) -> usize {
-        q % self.remote_devs.max(1)
+        let n = self.remote_devs.max(1);
+        member_up(q % n, n, self.remote_down)
     }
 
     /// Which QPs group `seq` uses: every QP when split, else its window of [`Self::data_qps`].
@@ -588,6 +623,52 @@ mod tests {
             "each QP's final goes to the sizes FIFO with the key of the member it reaches"
         );
         assert_eq!(finals[0].len, 8, "two sizes on the group's first QP");
+    }
+
+    #[test]
+    fn a_qp_whose_member_is_down_runs_on_the_next_member_up_on_either_side() {
+        let lay = QpLayout::new(1, false, 2, 2);
+        assert_eq!((lay.local_dev(1), lay.remote_dev(1)), (1, 1));
+        let failed = lay.with_down(0b10, 0b10);
+        assert_eq!((failed.local_dev(0), failed.local_dev(1)), (0, 0));
+        assert_eq!((failed.remote_dev(0), failed.remote_dev(1)), (0, 0));
+        assert_eq!(failed.home_local_dev(1), 1);
+        // Three members, the middle one down: its QPs move to the next one.
+        let three = QpLayout::new(1, true, 3, 3).with_down(0b010, 0);
+        assert_eq!(
+            (0..3).map(|q| three.local_dev(q)).collect::<Vec<_>>(),
+            [0, 2, 2]
+        );
+        assert_eq!(
+            three.group_qps(0),
+            0..3,
+            "the QPs a group uses do not change"
+        );
+        // Every member down: each QP stays home (the comm waits for a port).
+        let all = QpLayout::new(1, false, 2, 2).with_down(0b11, 0);
+        assert_eq!((all.local_dev(0), all.local_dev(1)), (0, 1));
+    }
+
+    #[test]
+    fn a_failed_over_plan_takes_the_keys_of_the_members_the_qps_run_on() {
+        let lay = QpLayout::new(1, false, 2, 2).with_down(0b10, 0b10);
+        // A message over a fused pair is spread over both QPs; QP 1's home is member 1 on both
+        // sides, which is down: its share takes member 0's keys.
+        let items = [item(0, 4096)];
+        let writes = plan_group(1, &items, &lay, SIZES, MIN_WRITE_LIMIT);
+        assert!(writes.iter().any(|w| w.qp == 1), "{writes:?}");
+        for w in writes {
+            assert_eq!(w.lkey, items[0].lkeys[0], "the local key of member 0");
+            assert_eq!(w.rkey, items[0].rkeys[0], "the remote key of member 0");
+        }
+        let up = plan_group(
+            1,
+            &items,
+            &QpLayout::new(1, false, 2, 2),
+            SIZES,
+            MIN_WRITE_LIMIT,
+        );
+        assert!(up.iter().any(|w| w.qp == 1 && w.lkey == items[0].lkeys[1]));
     }
 
     #[test]

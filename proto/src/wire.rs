@@ -100,10 +100,13 @@ pub enum Msg {
     },
     /// Recovery: the receiver's report at its stop.
     ReceiverState(ReceiverState),
-    /// Recovery: this side's rebuilt QPs of `epoch` (in the handshake's QP order).
+    /// Recovery: this side's rebuilt QPs of `epoch` (in the handshake's QP order), and which
+    /// of its member devices are down (bit `m` for member `m`: their QPs run on the next member
+    /// up, [`crate::plan::QpLayout::local_down`]).
     Rebuilt {
         epoch: u32,
         qpns: Vec<u32>,
+        down: u8,
     },
     /// Recovery: the receiver runs again at `epoch`; the sender replays and resumes.
     Resume {
@@ -215,13 +218,14 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             }
             (Kind::ReceiverState, b)
         }
-        Msg::Rebuilt { epoch, qpns } => {
-            let mut b = Vec::with_capacity(8 + 4 * qpns.len());
+        Msg::Rebuilt { epoch, qpns, down } => {
+            let mut b = Vec::with_capacity(9 + 4 * qpns.len());
             b.extend_from_slice(&epoch.to_le_bytes());
             b.extend_from_slice(&(qpns.len() as u32).to_le_bytes());
             for q in qpns {
                 b.extend_from_slice(&q.to_le_bytes());
             }
+            b.push(*down);
             (Kind::Rebuilt, b)
         }
     };
@@ -317,8 +321,9 @@ fn decode_rebuilt(body: &[u8]) -> Result<Msg, WireError> {
     for _ in 0..count {
         qpns.push(c.u32()?);
     }
+    let down = c.u8()?;
     c.end()?;
-    Ok(Msg::Rebuilt { epoch, qpns })
+    Ok(Msg::Rebuilt { epoch, qpns, down })
 }
 
 fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
@@ -559,6 +564,7 @@ mod tests {
             Msg::Rebuilt {
                 epoch: 2,
                 qpns: (0..MAX_QPS as u32).collect(),
+                down: 0b1010_0000,
             },
             Msg::Resume { epoch: 7 },
         ] {
@@ -607,6 +613,7 @@ mod tests {
         assert!(matches!(
             feed_bytewise(&encode(&Msg::Rebuilt {
                 epoch: 1,
+                down: 0,
                 qpns: vec![]
             })),
             Err(WireError::Malformed(_))

@@ -2,7 +2,9 @@
 //! `link-flap` scenario takes `dummy1` down under 32 sends in flight (see
 //! `ferro_tests::scenario` for what each rank checks): a 2 s flap is recovered with every byte
 //! right and no error returned, through the v8 and the v12 tables, with one QP and with two split
-//! QPs; a link that stays down past the budget fails within bounds with the WARN that says so.
+//! QPs; a link that stays down past the budget fails within bounds with the WARN that says so; a
+//! peer killed during a recovery is found within the dead-peer bound; over rxe0 and rxe1 fused on
+//! both ranks, rxe1 going down moves its QPs to rxe0 (failover) and its return moves them back.
 //! Fails (does not skip) outside the soft-RoCE guest.
 
 use ferro_tests::driver::{GroupReport, GroupSpec, run_group};
@@ -23,10 +25,14 @@ impl Drop for LinkUp {
 }
 
 fn flap(mode: &str, abi: &str, env: &[(&str, &str)], secs: u64) -> GroupReport {
+    flap_on(guest::DEV2, mode, abi, env, secs)
+}
+
+fn flap_on(dev: &str, mode: &str, abi: &str, env: &[(&str, &str)], secs: u64) -> GroupReport {
     let _g = guest::serial();
     let _up = LinkUp;
     let mut spec = GroupSpec::new("link-flap", 2)
-        .args(&["--dev", guest::DEV2, "--flap", mode])
+        .args(&["--dev", dev, "--flap", mode])
         .env("FERRO_NET_ABI", abi)
         .timeout(Duration::from_secs(secs));
     for (k, v) in env {
@@ -71,4 +77,9 @@ fn a_peer_killed_while_the_other_side_recovers_is_found_within_the_dead_peer_bou
         rep.dump()
     );
     rep.assert_passed(0);
+}
+
+#[test]
+fn a_fused_nic_whose_member_goes_down_fails_over_to_the_other_and_back_when_it_returns() {
+    flap_on("rxe0+rxe1", "failover", "12", &[], 300).assert_all_passed();
 }

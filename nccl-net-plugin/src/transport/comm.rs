@@ -251,11 +251,11 @@ impl Comm {
 
     /// The traffic class each of the comm's QPs was given, as the kernel reports it back.
     pub fn qp_traffic_classes(&self) -> Result<Vec<u8>> {
-        self.ep
-            .qps
-            .iter()
+        (0..self.ep.nqps())
             .map(|q| {
-                q.query(ferro_verbs::sys::IBV_QP_AV)
+                self.ep
+                    .qp(q)
+                    .query(ferro_verbs::sys::IBV_QP_AV)
                     .map(|a| a.ah_attr.grh.traffic_class)
                     .map_err(|e| Error::System(e.to_string()))
             })
@@ -265,7 +265,9 @@ impl Comm {
     /// The access flags (`qp_access_flags`) of the comm's data QPs, as the kernel reports them
     /// back: what the peer may do through each to this side's memory.
     pub fn qp_access_flags(&self) -> Result<Vec<u32>> {
-        self.ep.qps.iter().map(access_flags).collect()
+        (0..self.ep.nqps())
+            .map(|q| access_flags(self.ep.qp(q)))
+            .collect()
     }
 
     /// The access flags of a receive comm's flush QPs, one per member device (empty: the comm
@@ -279,12 +281,12 @@ impl Comm {
 
     /// The numbers of the comm's data QPs, by QP index (named in profiler events).
     pub fn qp_numbers(&self) -> impl Iterator<Item = u32> + '_ {
-        self.ep.qps.iter().map(|q| q.qpn())
+        (0..self.ep.nqps()).map(|q| self.ep.qp(q).qpn())
     }
 
     /// How the comm's QPs map onto the member devices and which QPs each group uses.
     pub fn layout(&self) -> ferro_proto::plan::QpLayout {
-        self.ep.layout
+        self.ep.layout()
     }
 
     /// A new comm on the heap, handed over as a raw pointer from the start: the request

@@ -92,8 +92,8 @@ impl Comm {
         core: &mut RecvCore,
         w: &CtsWrite,
     ) -> Result<()> {
-        let member = self.ep.layout.local_dev(CTS_QP);
-        let remote_key = mem.peer_fifo.1[self.ep.layout.remote_dev(CTS_QP)];
+        let member = self.ep.layout().local_dev(CTS_QP);
+        let remote_key = mem.peer_fifo.1[self.ep.layout().remote_dev(CTS_QP)];
         let n = w.ranges().count();
         let mut chain = SendChain::<Fixed<2>>::fixed();
         for (i, r) in w.ranges().enumerate() {
@@ -117,7 +117,7 @@ impl Comm {
         core.health.counters.send_posts += 1;
         // The entries are this comm's registered clear-to-send staging, whose bytes for these
         // groups stay as they are until the groups complete (32 receives later at the earliest).
-        match self.ep.qps[CTS_QP].post(&mut chain) {
+        match self.ep.qp(CTS_QP).post(&mut chain) {
             Ok(()) => Ok(()),
             Err(e) => {
                 let f = core.health.fail(Failure::system(format!(

@@ -11,9 +11,11 @@ use crate::vnic::VDevice;
 use ferro_proto::Keys;
 use ferro_proto::health::DeviceFault;
 use ferro_proto::plan::{self, QpLayout};
+use ferro_proto::recovery::PeerQps;
 use ferro_proto::wire::{DevMeta, QpMeta};
 use ferro_verbs::sys::*;
 use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps, Sge};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Path MTU code (`IBV_MTU_*`) for a byte count.
@@ -40,13 +42,24 @@ pub(super) struct Rail {
 
 /// Verbs resources of one side of a connection, over every member device of its (virtual)
 /// device: QP `q` is on rail `q % rails.len()` and reaches the peer's member
-/// `q % layout.remote_devs` (see [`QpLayout`]).
+/// `q % layout.remote_devs` (see [`QpLayout`]); after a failover inside a virtual NIC, a QP whose
+/// member is down runs as an alternate QP on the next member up.
 #[derive(Debug)]
 pub(super) struct Endpoint {
     pub(super) vdev: &'static VDevice,
     pub(super) rails: Vec<Rail>,
-    pub(super) qps: Vec<Qp>,
-    pub(super) layout: QpLayout,
+    /// QP `q` on its home member, as the handshake made it.
+    qps: Vec<Qp>,
+    /// QP `q`'s stand-in on another member (that member's index, and the QP), made at its first
+    /// failover and kept (reset and reconnected) for later ones.
+    alternates: Vec<OnceLock<(usize, Qp)>>,
+    /// The layout of the handshake; [`Endpoint::layout`] adds the members that are down.
+    base: QpLayout,
+    /// This side's members that are down (bit per member), set by a recovery's rebuild; only
+    /// written under the comm's lock, read by the calls that hold it.
+    local_down: AtomicU8,
+    /// The peer's members that are down, as its last `Rebuilt` said.
+    remote_down: AtomicU8,
     /// RoCE traffic class of this connection's QPs: `NCCL_IB_TC`, or the communicator's own.
     pub(super) traffic_class: u8,
     /// Most bytes one RDMA write may carry on every member (longer chunks go in pieces).
@@ -71,23 +84,8 @@ impl Endpoint {
         layout: QpLayout,
         traffic_class: u8,
     ) -> Result<Endpoint> {
+        let caps = data_qp_caps(layout.nqps);
         let depths = plan::queue_depths(layout.nqps);
-        // Bytes a work request may carry inline on these QPs (`NCCL_IB_USE_INLINE=1`: one
-        // clear-to-send entry, as NCCL's IB transport asks; else 0). Each QP keeps this and
-        // sends a request inline only up to it ([`Qp::post`]), so the flag never outruns what
-        // the QPs were created with.
-        let max_inline = if crate::plugin::get().is_ok_and(|p| p.config.use_inline) {
-            ferro_proto::fifo::ENTRY_SIZE as u32
-        } else {
-            0
-        };
-        let caps = QpCaps {
-            max_send_wr: depths.send_wr,
-            max_recv_wr: depths.recv_wr,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: max_inline,
-        };
         let mut rails = Vec::with_capacity(vdev.members.len());
         for &dev in &vdev.members {
             let events = events::of(&dev.ctx);
@@ -109,17 +107,62 @@ impl Endpoint {
         Ok(Endpoint {
             vdev,
             rails,
+            alternates: (0..qps.len()).map(|_| OnceLock::new()).collect(),
             qps,
-            layout,
+            base: layout,
+            local_down: AtomicU8::new(0),
+            remote_down: AtomicU8::new(0),
             traffic_class,
             max_write: vdev.max_write_bytes(),
             peer_devs: OnceLock::new(),
         })
     }
 
+    /// How the QPs map onto both sides' members now (the handshake's layout, with the members
+    /// a failover moved QPs away from).
+    pub(super) fn layout(&self) -> QpLayout {
+        self.base.with_down(
+            self.local_down.load(Ordering::Relaxed),
+            self.remote_down.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The number of data QPs.
+    pub(super) fn nqps(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// The QP that carries QP `q`'s work now: its own, or its stand-in on another member.
+    pub(super) fn qp(&self, q: usize) -> &Qp {
+        let lay = self.layout();
+        let m = lay.local_dev(q);
+        if m != lay.home_local_dev(q) {
+            if let Some((am, alt)) = self.alternates[q].get() {
+                if *am == m {
+                    return alt;
+                }
+            }
+        }
+        &self.qps[q]
+    }
+
+    /// Whether `qpn` is one of this endpoint's data QPs (own or stand-in).
+    fn owns_qp(&self, qpn: u32) -> bool {
+        self.qps.iter().any(|q| q.qpn() == qpn)
+            || self
+                .alternates
+                .iter()
+                .any(|a| a.get().is_some_and(|(_, q)| q.qpn() == qpn))
+    }
+
+    /// Whether member `m` of this side is down (its QPs failed over).
+    pub(super) fn is_down(&self, m: usize) -> bool {
+        m < 8 && self.local_down.load(Ordering::Relaxed) & (1 << m) != 0
+    }
+
     /// The rail QP `q` is on.
     pub(super) fn rail_of(&self, q: usize) -> &Rail {
-        &self.rails[self.layout.local_dev(q)]
+        &self.rails[self.layout().local_dev(q)]
     }
 
     /// Every member's protection domain, in member order (for protocol buffers).
@@ -141,7 +184,7 @@ impl Endpoint {
                 .map(|(i, r)| dev_meta(r.dev, region.rkey(i)))
                 .collect(),
             mr_addr: region.addr(0),
-            qpns: self.qps.iter().map(Qp::qpn).collect(),
+            qpns: (0..self.nqps()).map(|q| self.qp(q).qpn()).collect(),
             secret: [0; ferro_proto::handle::SECRET_SIZE],
         }
     }
@@ -149,13 +192,13 @@ impl Endpoint {
     /// INIT -> RTR -> RTS against the peer's QPs: QP `q` against the peer's QP `q`, on the
     /// peer's member device `q % peer.devs.len()`.
     pub(super) fn connect_qps(&self, peer: &QpMeta) -> Result<()> {
-        if peer.qpns.len() != self.qps.len() || peer.devs.len() != self.layout.remote_devs {
+        if peer.qpns.len() != self.qps.len() || peer.devs.len() != self.base.remote_devs {
             return Err(Error::Remote(format!(
                 "peer has {} QPs over {} devices, this side expects {} over {}",
                 peer.qpns.len(),
                 peer.devs.len(),
                 self.qps.len(),
-                self.layout.remote_devs
+                self.base.remote_devs
             )));
         }
         let _ = self.peer_devs.set(peer.devs.clone());
@@ -176,9 +219,10 @@ impl Endpoint {
                 self.qps.len()
             )));
         }
-        for (q, (qp, &remote_qpn)) in self.qps.iter().zip(qpns).enumerate() {
-            let remote = &devs[self.layout.remote_dev(q)];
-            self.connect_qp(qp, self.rail_of(q).dev, remote_qpn, remote, epoch)?;
+        let lay = self.layout();
+        for (q, &remote_qpn) in qpns.iter().enumerate() {
+            let remote = &devs[lay.remote_dev(q)];
+            self.connect_qp(self.qp(q), self.rail_of(q).dev, remote_qpn, remote, epoch)?;
         }
         Ok(())
     }
@@ -189,46 +233,116 @@ impl Endpoint {
         for qp in &self.qps {
             let _ = to_state(qp, IBV_QPS_ERR);
         }
+        for (_, alt) in self.alternates.iter().filter_map(OnceLock::get) {
+            let _ = to_state(alt, IBV_QPS_ERR);
+        }
     }
 
-    /// Recovery: brings every data QP back to INIT (error -> reset -> init: its queues are
-    /// emptied and the QP number is kept), and forgets the device events recorded against
-    /// them. Returns the QP numbers, in the handshake's order.
-    pub(super) fn rebuild(&self) -> Result<Vec<u32>> {
-        for (q, qp) in self.qps.iter().enumerate() {
-            let rail = self.rail_of(q);
+    /// Recovery: this side's members that cannot carry QPs now (a port not ACTIVE, or recorded
+    /// down by an event), one bit per member.
+    pub(super) fn members_down(&self) -> u8 {
+        self.rails
+            .iter()
+            .enumerate()
+            .filter(|(m, r)| {
+                *m < 8
+                    && (r.events.is_port_down(r.dev.port)
+                        || !r
+                            .dev
+                            .ctx
+                            .query_port(r.dev.port)
+                            .is_ok_and(|a| a.state == IBV_PORT_ACTIVE))
+            })
+            .fold(0u8, |d, (m, _)| d | (1 << m))
+    }
+
+    /// Whether `down` leaves no member to carry the QPs (the comm waits for a port).
+    pub(super) fn all_down(&self, down: u8) -> bool {
+        (0..self.rails.len().min(8)).all(|m| down & (1 << m) != 0)
+    }
+
+    /// The members in `down`, as `device:port` (for messages).
+    pub(super) fn describe_members(&self, down: u8) -> String {
+        let names: Vec<String> = self
+            .rails
+            .iter()
+            .enumerate()
+            .filter(|(m, _)| *m < 8 && down & (1 << m) != 0)
+            .map(|(_, r)| format!("{}:{}", r.dev.ibdev, r.dev.port))
+            .collect();
+        names.join(", ")
+    }
+
+    /// A member this side failed over from whose port is active again, as `device:port`.
+    pub(super) fn member_back(&self) -> Option<String> {
+        let was = self.local_down.load(Ordering::Relaxed);
+        if was == 0 {
+            return None;
+        }
+        let back = was & !self.members_down();
+        (back != 0).then(|| self.describe_members(back))
+    }
+
+    /// Recovery: brings every data QP back to INIT on the member it runs on with the members in
+    /// `down` down (error -> reset -> init: its queues are emptied; a QP at home keeps its
+    /// number, one whose member is down runs as its stand-in on the next member up, made at its
+    /// first failover), moves what is not used to the error state, and forgets the device
+    /// events recorded against them. Returns the QP numbers, in the handshake's order.
+    pub(super) fn rebuild(&self, down: u8) -> Result<Vec<u32>> {
+        self.local_down.store(down, Ordering::Relaxed);
+        let lay = self.layout();
+        let caps = self.caps();
+        for q in 0..self.qps.len() {
+            let (home, m) = (lay.home_local_dev(q), lay.local_dev(q));
+            let primary = &self.qps[q];
+            self.rails[home].events.forget_qp(primary.qpn());
+            let qp = if m == home {
+                if let Some((_, alt)) = self.alternates[q].get() {
+                    let _ = to_state(alt, IBV_QPS_ERR);
+                }
+                primary
+            } else {
+                let _ = to_state(primary, IBV_QPS_ERR);
+                let rail = &self.rails[m];
+                if self.alternates[q].get().is_none() {
+                    let alt = Qp::new_rc(&rail.pd, &rail.cq, &rail.cq, caps)?;
+                    let _ = self.alternates[q].set((m, alt));
+                }
+                match self.alternates[q].get() {
+                    Some((am, alt)) if *am == m => alt,
+                    _ => {
+                        return Err(Error::System(format!(
+                            "QP {q} already failed over to another member than {}:{}; a second failover of one QP is not supported",
+                            rail.dev.ibdev, rail.dev.port
+                        )));
+                    }
+                }
+            };
+            let rail = &self.rails[m];
             let _ = to_state(qp, IBV_QPS_ERR);
             to_state(qp, IBV_QPS_RESET)?;
             to_init(qp, rail.dev, access::DATA_QP)?;
             rail.events.forget_qp(qp.qpn());
         }
-        Ok(self.qps.iter().map(Qp::qpn).collect())
+        Ok((0..self.qps.len()).map(|q| self.qp(q).qpn()).collect())
     }
 
-    /// Recovery: connects the rebuilt QPs to the peer's rebuilt ones of `epoch`.
-    pub(super) fn reconnect(&self, peer_qpns: &[u32], epoch: u32) -> Result<()> {
-        self.connect_to(peer_qpns, epoch)
+    /// Recovery: connects the rebuilt QPs to the peer's rebuilt ones of `epoch`, on the peer's
+    /// members as its `Rebuilt` said.
+    pub(super) fn reconnect(&self, peer: &PeerQps, epoch: u32) -> Result<()> {
+        self.remote_down.store(peer.down, Ordering::Relaxed);
+        self.connect_to(&peer.qpns, epoch)
     }
 
-    /// Recovery: whether every member device this endpoint's QPs are on can carry them again
-    /// (its port is not recorded down by an event and reports itself ACTIVE); if not, the
-    /// first that cannot, as `device:port`.
-    pub(super) fn port_not_ready(&self) -> Option<String> {
-        self.rails.iter().find_map(|r| {
-            let active = !r.events.is_port_down(r.dev.port)
-                && r.dev
-                    .ctx
-                    .query_port(r.dev.port)
-                    .is_ok_and(|a| a.state == IBV_PORT_ACTIVE);
-            (!active).then(|| format!("{}:{}", r.dev.ibdev, r.dev.port))
-        })
-    }
-
-    /// Recovery: the receiver's flush QPs, each connected to itself again (error -> reset ->
-    /// init -> RTR -> RTS).
+    /// Recovery: the receiver's flush QPs of the members that are up, each connected to itself
+    /// again (error -> reset -> init -> RTR -> RTS); those of members that are down stay in the
+    /// error state (no flush reads go there).
     pub(super) fn rebuild_flush_qps(&self, flush: &[FlushQp]) -> Result<()> {
-        for (f, r) in flush.iter().zip(&self.rails) {
+        for (m, (f, r)) in flush.iter().zip(&self.rails).enumerate() {
             let _ = to_state(&f.qp, IBV_QPS_ERR);
+            if self.is_down(m) {
+                continue;
+            }
             to_state(&f.qp, IBV_QPS_RESET)?;
             to_init(&f.qp, r.dev, access::FLUSH_QP)?;
             self.connect_qp(&f.qp, r.dev, f.qp.qpn(), &dev_meta(r.dev, 0), 0)?;
@@ -306,16 +420,21 @@ impl Endpoint {
         Ok(())
     }
 
+    /// The queues of this endpoint's data QPs (for a stand-in made at a failover).
+    fn caps(&self) -> QpCaps {
+        data_qp_caps(self.qps.len())
+    }
+
     /// Why this endpoint cannot go on, from its member devices' asynchronous events (a port
-    /// went down, one of its QPs or CQs failed, a device failed), if it cannot.
+    /// went down, one of its QPs or CQs failed, a device failed), if it cannot. A member its QPs
+    /// failed over from is not asked (its port is down: that is why they moved).
     pub(super) fn device_verdict(&self) -> Option<DeviceFault> {
-        self.rails.iter().find_map(|r| {
+        self.rails.iter().enumerate().find_map(|(m, r)| {
+            if self.is_down(m) {
+                return None;
+            }
             r.events
-                .verdict(
-                    r.dev.port,
-                    |qpn| self.qps.iter().any(|q| q.qpn() == qpn),
-                    r.cq.as_ptr() as usize,
-                )
+                .verdict(r.dev.port, |qpn| self.owns_qp(qpn), r.cq.as_ptr() as usize)
                 .map(|fault| {
                     if self.vdev.is_virtual {
                         fault.of_member(&r.dev.ibdev, r.dev.port, &self.vdev.name)
@@ -346,6 +465,28 @@ impl Endpoint {
                 Ok(FlushQp { qp, buf })
             })
             .collect()
+    }
+}
+
+/// The queues of a data QP of a connection of `nqps` QPs ([`plan::queue_depths`]), with the
+/// inline room `NCCL_IB_USE_INLINE` asks for.
+fn data_qp_caps(nqps: usize) -> QpCaps {
+    let depths = plan::queue_depths(nqps);
+    // Bytes a work request may carry inline on these QPs (`NCCL_IB_USE_INLINE=1`: one
+    // clear-to-send entry, as NCCL's IB transport asks; else 0). Each QP keeps this and
+    // sends a request inline only up to it ([`Qp::post`]), so the flag never outruns what
+    // the QPs were created with.
+    let max_inline = if crate::plugin::get().is_ok_and(|p| p.config.use_inline) {
+        ferro_proto::fifo::ENTRY_SIZE as u32
+    } else {
+        0
+    };
+    QpCaps {
+        max_send_wr: depths.send_wr,
+        max_recv_wr: depths.recv_wr,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: max_inline,
     }
 }
 
@@ -398,7 +539,12 @@ impl Drop for Endpoint {
     /// so a later comm that gets the same QP number or CQ address starts clean.
     fn drop(&mut self) {
         for (q, qp) in self.qps.iter().enumerate() {
-            self.rail_of(q).events.forget_qp(qp.qpn());
+            self.rails[self.base.home_local_dev(q)]
+                .events
+                .forget_qp(qp.qpn());
+        }
+        for (m, alt) in self.alternates.iter().filter_map(OnceLock::get) {
+            self.rails[*m].events.forget_qp(alt.qpn());
         }
         for r in &self.rails {
             r.events.forget_cq(r.cq.as_ptr() as usize);

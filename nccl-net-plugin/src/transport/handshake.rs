@@ -163,7 +163,7 @@ fn io_err(what: &str, peer: SocketAddr, e: std::io::Error) -> Error {
 /// This side's description for the peer: the endpoint's QPs with `region`, and its members'
 /// names.
 fn local_side(ep: &Endpoint, region: &RegBuf) -> LocalSide {
-    let lay = ep.layout;
+    let lay = ep.layout();
     LocalSide {
         meta: ep.meta(region, lay.qps_per_conn() as u16, lay.split),
         names: ep.rails.iter().map(|r| r.dev.ibdev.clone()).collect(),
@@ -346,7 +346,7 @@ impl Setup {
     fn ready(&mut self) -> Result<Ready> {
         match std::mem::replace(&mut self.res, Resources::None) {
             Resources::Sender { ep, mem, oversize } => {
-                let mut core = SendCore::new(ep.layout);
+                let mut core = SendCore::new(ep.layout());
                 configure_health(&mut core)?;
                 core.set_oversize(oversize);
                 Ok(Ready {
@@ -358,7 +358,7 @@ impl Setup {
                 })
             }
             Resources::Receiver { ep, mem, flush } => {
-                let mut core = RecvCore::new(ep.layout);
+                let mut core = RecvCore::new(ep.layout());
                 configure_health(&mut core)?;
                 Ok(Ready {
                     ep,

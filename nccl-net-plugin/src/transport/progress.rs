@@ -221,6 +221,7 @@ impl Comm {
             now: now(),
             waiting: core.is_waiting(),
             recovering: core.recovery().is_stopped(),
+            member_back: self.ep.member_back(),
         };
         let v = core.health_mut().decide(look);
         self.execute(core, v, &mut |c| self.poll(c, &mut on_wc));

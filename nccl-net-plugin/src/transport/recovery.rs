@@ -21,7 +21,7 @@ use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::comm::wr_id::{self, WrId};
 use ferro_proto::health::{Failure, Fault, Socket, Verdict};
-use ferro_proto::recovery::{RecoveryError, Step};
+use ferro_proto::recovery::{PeerQps, RecoveryError, Step};
 use ferro_proto::wire::{self, Msg};
 use ferro_verbs::sys::*;
 use std::io::{ErrorKind, Write};
@@ -53,8 +53,8 @@ trait SideSteps: CoreOps {
     /// drains its CQs so that its report holds every immediate that arrived.
     fn quiesce(comm: &Comm, core: &mut Self);
 
-    /// `Step::Connect`: `Ok(false)` when it must wait (the port is not active yet).
-    fn connect(comm: &Comm, core: &mut Self, peer_qpns: &[u32]) -> Result<bool>;
+    /// `Step::Connect`: `Ok(false)` when it must wait (no member's port is active yet).
+    fn connect(comm: &Comm, core: &mut Self, peer: &PeerQps) -> Result<bool>;
 
     /// The core ran again after a message of the peer (the sender's `Resume`).
     fn resumed(comm: &Comm, core: &mut Self) -> Result<()>;
@@ -67,13 +67,13 @@ impl SideSteps for SendCore {
 
     /// The sender's QPs are rebuilt and connected to the receiver's in one step (the receiver's
     /// exist already), then reported.
-    fn connect(comm: &Comm, core: &mut Self, peer_qpns: &[u32]) -> Result<bool> {
-        if comm.ep.port_not_ready().is_some() {
+    fn connect(comm: &Comm, core: &mut Self, peer: &PeerQps) -> Result<bool> {
+        let Some(down) = comm.usable_members() else {
             return Ok(false);
-        }
-        let qpns = comm.ep.rebuild()?;
-        comm.ep.reconnect(peer_qpns, core.recovery.epoch())?;
-        let m = core.qps_rebuilt(qpns);
+        };
+        let qpns = comm.ep.rebuild(down)?;
+        comm.ep.reconnect(peer, core.recovery.epoch())?;
+        let m = core.qps_rebuilt(qpns, down);
         comm.tell_peer(&[m])?;
         Ok(true)
     }
@@ -91,7 +91,7 @@ impl SideSteps for SendCore {
             let slot = Comm::sizes_slot(mem, g.seq);
             ferro_proto::recovery::plan::replay_writes_into(
                 &g,
-                &comm.ep.layout,
+                &comm.ep.layout(),
                 slot,
                 comm.ep.max_write,
                 writes,
@@ -147,25 +147,30 @@ impl SideSteps for RecvCore {
     /// The receiver's QPs were rebuilt before: connect them to the sender's, then post what
     /// the core gives back (receives, flush reads, the clear-to-send write), then tell the
     /// sender to replay.
-    fn connect(comm: &Comm, core: &mut Self, peer_qpns: &[u32]) -> Result<bool> {
+    fn connect(comm: &Comm, core: &mut Self, peer: &PeerQps) -> Result<bool> {
         let Side::Receiver { mem, flush, .. } = &comm.side else {
             return Ok(true);
         };
         let epoch = core.recovery.epoch();
-        comm.ep.reconnect(peer_qpns, epoch)?;
+        comm.ep.reconnect(peer, epoch)?;
         let r = core
             .resume(epoch, now())
             .map_err(|e| Error::Remote(e.to_string()))?;
         for p in &r.reposts {
             for q in p.qps() {
                 core.health.counters.recv_posts += 1;
-                comm.ep.qps[q]
+                comm.ep
+                    .qp(q)
                     .post_recv_empty(p.wr_id(q))
                     .map_err(|e| Error::System(format!("reposting a receive: {e}")))?;
             }
         }
         for (req, target) in &r.flushes {
-            for (m, f) in flush.iter().enumerate() {
+            for (m, f) in flush
+                .iter()
+                .enumerate()
+                .filter(|(m, _)| !comm.ep.is_down(*m))
+            {
                 core.health.counters.send_posts += 1;
                 Comm::post_flush_read(f, m, core.flush_wr_id_now(*req), target)
                     .map_err(|e| Error::System(format!("posting a flush again: {e}")))?;
@@ -238,11 +243,12 @@ impl Comm {
         if core.recovery().is_stopped() && core.recovery().expired(t) {
             let pending = core.recovery_pending();
             let f = core.recovery().gave_up(t, C::SIDE, &pending);
-            let port = self
-                .ep
-                .port_not_ready()
-                .map(|p| format!("; port {p} is not active"))
-                .unwrap_or_default();
+            let down = self.ep.members_down();
+            let port = if down == 0 {
+                String::new()
+            } else {
+                format!("; port {} is not active", self.ep.describe_members(down))
+            };
             self.fail_with(core, format!("{}: {f}{port}", self.describe()));
         }
     }
@@ -278,14 +284,17 @@ impl Comm {
             match core.recovery_step() {
                 Step::Run | Step::Wait => return Ok(()),
                 Step::Rebuild => {
-                    if !core.recovery().may_rebuild(t) || self.ep.port_not_ready().is_some() {
+                    if !core.recovery().may_rebuild(t) {
                         return Ok(());
                     }
-                    let qpns = self.ep.rebuild()?;
+                    let Some(down) = self.usable_members() else {
+                        return Ok(());
+                    };
+                    let qpns = self.ep.rebuild(down)?;
                     if let Side::Receiver { flush, .. } = &self.side {
                         self.ep.rebuild_flush_qps(flush)?;
                     }
-                    let m = core.qps_rebuilt(qpns);
+                    let m = core.qps_rebuilt(qpns, down);
                     self.tell_peer(&[m])?;
                 }
                 Step::Connect(peer) => {
@@ -295,6 +304,25 @@ impl Comm {
                 }
             }
         }
+    }
+
+    /// The members that are down now, if at least one member can carry the QPs (a virtual NIC
+    /// fails over to the members that are up; a comm with every member down waits). A member
+    /// newly found down or back is said.
+    fn usable_members(&self) -> Option<u8> {
+        let down = self.ep.members_down();
+        if self.ep.all_down(down) {
+            return None;
+        }
+        if down != 0 {
+            warn!(
+                NET,
+                "{}: member(s) {} down: their QPs move to the members that are up (failover)",
+                self.describe(),
+                self.ep.describe_members(down)
+            );
+        }
+        Some(down)
     }
 
     /// Stops the comm at the next epoch: its QPs stop, the core stops, the peer is told.

@@ -34,7 +34,7 @@ impl Comm {
             core.health.counters.recv_posts += 1;
             // A receive with no scatter entry: it only consumes the immediate. Its `wr_id` names
             // the QP, so a recovery knows which of the group's QPs delivered.
-            if let Err(e) = self.ep.qps[q].post_recv_empty(post.recv_wr_id_on(q)) {
+            if let Err(e) = self.ep.qp(q).post_recv_empty(post.recv_wr_id_on(q)) {
                 return Err(self.fail(&mut core, e));
             }
         }
@@ -105,16 +105,23 @@ impl Comm {
             addr,
             rkeys: core::array::from_fn(|m| mh.rkey(m)),
         };
+        // Members that are down (their QPs failed over) wrote nothing since: no read there.
+        let up = || {
+            flush
+                .iter()
+                .enumerate()
+                .filter(|(m, _)| !self.ep.is_down(*m))
+        };
         let req = core
-            .begin_flush_of(flush.len() as u16, target)
+            .begin_flush_of(up().count() as u16, target)
             .map_err(|e| self.core_error(e))?;
-        for (m, f) in flush.iter().enumerate() {
+        for (posted, (m, f)) in up().enumerate() {
             // The local side is the member's own registered landing buffer; the remote side is
             // the caller's receive buffer, registered on this member (valid until NCCL
             // deregisters it, after the flush completes).
             core.health.counters.send_posts += 1;
             if let Err(e) = Comm::post_flush_read(f, m, core.flush_wr_id_now(req), &target) {
-                return Err(match verdict::flush_refused(m) {
+                return Err(match verdict::flush_refused(posted) {
                     FlushRefused::AbortFlush => {
                         core.abort_flush(req);
                         Error::System(format!("{}: flush: {e}", self.describe()))

@@ -129,7 +129,7 @@ impl Comm {
         plan::plan_group_into(
             group.seq,
             group.items(),
-            &self.ep.layout,
+            &self.ep.layout(),
             slot,
             self.ep.max_write,
             writes,
@@ -165,7 +165,11 @@ impl Comm {
         inline_ok: bool,
         chain: &mut SendChain,
     ) -> Result<()> {
-        let Some(qp) = run.first().and_then(|w| self.ep.qps.get(w.qp)) else {
+        let Some(qp) = run
+            .first()
+            .filter(|w| w.qp < self.ep.nqps())
+            .map(|w| self.ep.qp(w.qp))
+        else {
             return Ok(());
         };
         chain.clear();

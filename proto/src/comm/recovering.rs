@@ -53,14 +53,16 @@ pub trait Recovering {
         self.stop_messages(epoch)
     }
 
-    /// This side's QPs of the current epoch exist (numbers in the handshake's QP order): the
-    /// message that tells the peer.
-    fn qps_rebuilt(&mut self, qpns: Vec<u32>) -> Msg {
+    /// This side's QPs of the current epoch exist (numbers in the handshake's QP order; `down`:
+    /// this side's members that are down, whose QPs run on the next member up): the message
+    /// that tells the peer.
+    fn qps_rebuilt(&mut self, qpns: Vec<u32>, down: u8) -> Msg {
         let r = self.recovery_parts().0;
         r.mark_rebuilt();
         Msg::Rebuilt {
             epoch: r.epoch(),
             qpns,
+            down,
         }
     }
 

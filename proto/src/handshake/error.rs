@@ -183,7 +183,7 @@ fn summary(msg: &Msg) -> String {
         Msg::Reject(text) => format!("Reject \"{}\"", shown(text.as_bytes())),
         Msg::Recover { epoch } => format!("Recover (epoch {epoch})"),
         Msg::ReceiverState(_) => "ReceiverState".into(),
-        Msg::Rebuilt { epoch, qpns } => format!("Rebuilt (epoch {epoch}, {} QPs)", qpns.len()),
+        Msg::Rebuilt { epoch, qpns, .. } => format!("Rebuilt (epoch {epoch}, {} QPs)", qpns.len()),
         Msg::Resume { epoch } => format!("Resume (epoch {epoch})"),
     }
 }

@@ -59,6 +59,9 @@ pub struct Look {
     pub waiting: bool,
     /// Whether the comm is stopped for recovery in place.
     pub recovering: bool,
+    /// A member device of a virtual NIC that the comm's QPs moved away from (failover) and
+    /// whose port is active again, as `device:port`: the comm can fail back.
+    pub member_back: Option<String>,
 }
 
 /// A work completion that came back with an error status, with the member device it was

@@ -169,9 +169,11 @@ impl CommHealth {
     ///    more, then fail (system);
     /// 2. a dead peer (its out-of-band connection closed, reset or timed out): poll once more,
     ///    then fail (remote);
-    /// 3. the stall watchdog: a WARN when the comm with work outstanding has made no progress
+    /// 3. a member of a virtual NIC the comm failed over from is active again: with work
+    ///    outstanding, recover (failback: the QPs move home);
+    /// 4. the stall watchdog: a WARN when the comm with work outstanding has made no progress
     ///    for the threshold, then 2x, 4x ... as long;
-    /// 4. otherwise continue.
+    /// 5. otherwise continue.
     pub fn decide(&mut self, look: Look) -> Verdict {
         if let Some(d) = look.device.filter(|_| self.return_async_events) {
             if !(self.recover_in_place && d.is_repairable()) {
@@ -183,6 +185,13 @@ impl CommHealth {
         }
         if let Socket::Gone(how) = look.socket {
             return Verdict::PollThenFail(Fault::PeerGone(how));
+        }
+        if let Some(member) = look.member_back.filter(|_| self.recover_in_place) {
+            if look.waiting && !look.recovering {
+                return Verdict::Recover(format!(
+                    "member {member} is active again: its QPs move back (failback)"
+                ));
+            }
         }
         match self.check_stall(look.now, look.waiting) {
             Some(stall) => Verdict::Warn(stall),

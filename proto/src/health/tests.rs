@@ -25,6 +25,7 @@ fn look(now: u64, device: Option<DeviceFault>, socket: Socket) -> Look {
         socket,
         waiting: true,
         recovering: false,
+        member_back: None,
     }
 }
 
@@ -396,4 +397,32 @@ fn with_recovery_off_a_port_down_fails_the_comm_as_before() {
         h.decide(look(0, Some(port_down()), Socket::Quiet)),
         Verdict::PollThenFail(Fault::Device(_))
     ));
+}
+
+#[test]
+fn a_member_failed_over_from_that_is_active_again_brings_the_qps_home_under_waiting_work() {
+    let mut h = recovering_health();
+    let back = Look {
+        member_back: Some("rxe1:1".into()),
+        ..look(0, None, Socket::Quiet)
+    };
+    assert_eq!(
+        h.decide(back.clone()),
+        Verdict::Recover("member rxe1:1 is active again: its QPs move back (failback)".into())
+    );
+    let idle = Look {
+        waiting: false,
+        ..back.clone()
+    };
+    assert_eq!(
+        h.decide(idle),
+        Verdict::Continue,
+        "an idle comm fails back later"
+    );
+    let mut off = health(60);
+    assert_eq!(
+        off.decide(back),
+        Verdict::Continue,
+        "recovery off: nothing moves"
+    );
 }

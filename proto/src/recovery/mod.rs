@@ -16,6 +16,7 @@ pub mod plan;
 pub mod snapshot;
 
 pub use plan::ReplayGroup;
+
 pub use snapshot::{GroupArrivals, ReceiverState};
 
 use crate::health::Failure;
@@ -67,10 +68,19 @@ pub enum Step {
     /// Stopped: rebuild this side's QPs (once the device can carry them: its port is active),
     /// then report them ([`Recovering::qps_rebuilt`](crate::comm::recovering::Recovering::qps_rebuilt)).
     Rebuild,
-    /// Stopped: connect this side's QPs to the peer's rebuilt ones (these numbers, in the
-    /// handshake's QP order). The sender rebuilds its QPs first and then reports them; the
-    /// receiver, whose QPs were rebuilt before, then resumes.
-    Connect(Vec<u32>),
+    /// Stopped: connect this side's QPs to the peer's rebuilt ones. The sender rebuilds its
+    /// QPs first and then reports them; the receiver, whose QPs were rebuilt before, then
+    /// resumes.
+    Connect(PeerQps),
+}
+
+/// The peer's QPs of the current epoch, from its `Rebuilt`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerQps {
+    /// Their numbers, in the handshake's QP order.
+    pub qpns: Vec<u32>,
+    /// The peer's members that are down (see [`crate::plan::QpLayout::remote_down`]).
+    pub down: u8,
 }
 
 /// One comm's recovery bookkeeping: its epoch, whether it is stopped, the budget and the time,
@@ -94,7 +104,7 @@ pub struct Recovery {
     /// This side's QPs of the current epoch were rebuilt (and the peer told).
     rebuilt: bool,
     /// The peer's rebuilt QPs of the current epoch, from its `Rebuilt`.
-    peer_qpns: Option<Vec<u32>>,
+    peer_qpns: Option<PeerQps>,
     /// The least time from the stop to a rebuild (`NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY`).
     start_delay: Duration,
     /// The most epochs one recovery may enter (`NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX`).
@@ -206,15 +216,15 @@ impl Recovery {
 
     /// The peer's QPs of `epoch` were rebuilt: kept for the connect step if `epoch` is the
     /// current recovery's (an older one is stale and ignored).
-    pub fn set_peer_qpns(&mut self, epoch: u32, qpns: Vec<u32>) {
+    pub fn set_peer_qpns(&mut self, epoch: u32, qpns: Vec<u32>, down: u8) {
         if self.stopped && epoch == self.epoch {
-            self.peer_qpns = Some(qpns);
+            self.peer_qpns = Some(PeerQps { qpns, down });
         }
     }
 
     /// The peer's rebuilt QPs of the current epoch, once known.
-    pub fn peer_qpns(&self) -> Option<&[u32]> {
-        self.peer_qpns.as_deref()
+    pub fn peer_qpns(&self) -> Option<&PeerQps> {
+        self.peer_qpns.as_ref()
     }
 
     /// This side's QPs of the current epoch exist.

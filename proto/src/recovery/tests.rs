@@ -419,7 +419,7 @@ fn the_exchange_runs_in_order_the_receiver_reports_and_rebuilds_then_the_sender_
         [Msg::Recover { epoch: 1 }, Msg::ReceiverState(_)]
     ));
     assert_eq!(rcv.recovery_step(), Step::Rebuild);
-    let rebuilt = rcv.qps_rebuilt(vec![70, 71]);
+    let rebuilt = rcv.qps_rebuilt(vec![70, 71], 0);
     assert_eq!(
         rcv.recovery_step(),
         Step::Wait,
@@ -437,8 +437,14 @@ fn the_exchange_runs_in_order_the_receiver_reports_and_rebuilds_then_the_sender_
         "no QPs of the receiver yet"
     );
     assert!(snd.on_recovery_msg(rebuilt, s(1)).unwrap().is_empty());
-    assert_eq!(snd.recovery_step(), Step::Connect(vec![70, 71]));
-    let own = snd.qps_rebuilt(vec![80, 81]);
+    assert_eq!(
+        snd.recovery_step(),
+        Step::Connect(PeerQps {
+            qpns: vec![70, 71],
+            down: 0
+        })
+    );
+    let own = snd.qps_rebuilt(vec![80, 81], 0b1);
     assert_eq!(
         snd.recovery_step(),
         Step::Wait,
@@ -451,7 +457,13 @@ fn the_exchange_runs_in_order_the_receiver_reports_and_rebuilds_then_the_sender_
             .is_empty()
     );
     assert!(rcv.on_recovery_msg(own, s(1)).unwrap().is_empty());
-    assert_eq!(rcv.recovery_step(), Step::Connect(vec![80, 81]));
+    assert_eq!(
+        rcv.recovery_step(),
+        Step::Connect(PeerQps {
+            qpns: vec![80, 81],
+            down: 0b1
+        })
+    );
     let r = rcv.resume(1, s(2)).unwrap();
     assert_eq!(rcv.recovery_step(), Step::Run);
     assert_eq!(r.reposts.len(), 2);
@@ -465,15 +477,16 @@ fn a_rebuild_of_an_older_epoch_is_ignored_and_the_next_epoch_rebuilds_again() {
     let layout = QpLayout::new(1, false, 1, 1);
     let (mut rcv, _) = receiver(layout, 1);
     rcv.start_recovery(s(1), "port down").unwrap();
-    rcv.qps_rebuilt(vec![5]);
+    rcv.qps_rebuilt(vec![5], 0);
     // A second failure before the sender answered: epoch 2 needs its own QPs.
     rcv.start_recovery(s(2), "QP error").unwrap();
     assert_eq!(rcv.recovery_step(), Step::Rebuild);
-    rcv.qps_rebuilt(vec![6]);
+    rcv.qps_rebuilt(vec![6], 0);
     rcv.on_recovery_msg(
         Msg::Rebuilt {
             epoch: 1,
             qpns: vec![9],
+            down: 0,
         },
         s(2),
     )

@@ -132,10 +132,11 @@ impl Wire {
             Step::Rebuild => {
                 let epoch = self.recv.recovery.epoch();
                 let qpns = (0..self.nqps as u32).map(|q| epoch * 1000 + q).collect();
-                let m = self.recv.qps_rebuilt(qpns);
+                let m = self.recv.qps_rebuilt(qpns, 0);
                 self.tell_sender(&m);
             }
-            Step::Connect(qpns) => {
+            Step::Connect(peer) => {
+                let qpns = peer.qpns;
                 assert_eq!(qpns.len(), self.nqps);
                 let epoch = self.recv.recovery.epoch();
                 assert_eq!(
@@ -210,13 +211,14 @@ impl Wire {
         for m in &answer {
             self.tell_receiver(m);
         }
-        if let Step::Connect(qpns) = self.send.recovery_step() {
+        if let Step::Connect(peer) = self.send.recovery_step() {
+            let qpns = peer.qpns;
             let epoch = self.send.recovery.epoch();
             assert_eq!(qpns[0], epoch * 1000, "the receiver's QPs of this epoch");
             let own = (0..self.nqps as u32)
                 .map(|q| epoch * 1000 + 500 + q)
                 .collect();
-            let m = self.send.qps_rebuilt(own);
+            let m = self.send.qps_rebuilt(own, 0);
             self.tell_receiver(&m);
         }
         if was_stopped && !self.send.recovery.is_stopped() {

@@ -17,6 +17,11 @@
 //! sender is killed (SIGKILL) and the link comes back: the receiver's requests fail within a
 //! bound of the kill (the peer's connection is gone), naming the dead peer.
 //!
+//! `--flap failover` (both ranks on `--dev rxe0+rxe1`): rxe1's link goes down under 32 MiB in
+//! flight; the comm moves rxe1's QPs to rxe0 and goes on without an error; a round while rxe1 is
+//! down moves no packet over rxe1 (its kernel counters stand still); once rxe1 is back, the QPs
+//! move home and rxe1's counters move again (failback). Every byte of every round is verified.
+//!
 //! `--flap for-good` (down until the end, with a small `FERRO_RECOVERY_BUDGET_S`): the requests
 //! fail within the budget plus a bound, with the WARN that says recovery gave up; the sender
 //! brings the link back before it exits.
@@ -40,6 +45,9 @@ pub enum Flap {
     ForGood,
     /// Down; the sender is killed while the receiver recovers; then up.
     PeerKilled,
+    /// Over a virtual NIC (`--dev rxe0+rxe1`): rxe1's link goes down under traffic and stays
+    /// down for a round; then up.
+    Failover,
 }
 
 /// The netdev under rxe1 in the guest.
@@ -180,6 +188,7 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
         Flap::Transient => transient(ctx),
         Flap::ForGood => for_good(ctx),
         Flap::PeerKilled => peer_killed(ctx),
+        Flap::Failover => failover(ctx),
     }
 }
 
@@ -496,5 +505,115 @@ fn peer_killed(ctx: &mut Ctx) -> HResult<String> {
     Ok(format!(
         "the sender was killed while the receiver recovered: {err:?} {:.1} s after the kill; WARN: {why}",
         after.unwrap_or_default().as_secs_f64()
+    ))
+}
+
+/// A device's received-packet count from the kernel (`hw_counters/rcvd_pkts`, port 1).
+fn rcvd_pkts(dev: &str) -> HResult<u64> {
+    let path = format!("/sys/class/infiniband/{dev}/ports/1/hw_counters/rcvd_pkts");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| HarnessError::Failed(format!("cannot read {path}: {e}")))?;
+    text.trim()
+        .parse()
+        .map_err(|e| HarnessError::Failed(format!("{path}: {text:?}: {e}")))
+}
+
+/// One round of 32 messages; the sender takes the link down half way when `down_midway`.
+fn failover_round(
+    ctx: &mut Ctx,
+    pair: (&Option<SendComm>, &Option<RecvComm>),
+    buf: &Buffer,
+    round: usize,
+    down_midway: bool,
+) -> HResult<Duration> {
+    let n = SINGLES + GROUP;
+    let net = ctx.net;
+    let t0 = Instant::now();
+    if let Some(rc) = pair.1 {
+        let mr = net.reg_host(rc, buf).call("regMr")?;
+        let reqs = post_receives(ctx, rc, buf, &mr, n)?;
+        ctx.ctl
+            .barrier(&format!("fo-posted{round}"), BARRIER_TIMEOUT)?;
+        let sizes = net.wait_all(reqs, Duration::from_secs(120))?;
+        let took = t0.elapsed();
+        check_receives(ctx, buf, &sizes, round)?;
+        net.dereg_mr(rc, mr).call("deregMr")?;
+        return Ok(took);
+    }
+    let Some(sc) = pair.0 else {
+        bail!("neither side")
+    };
+    let mr = net.reg_host(sc, buf).call("regMr")?;
+    ctx.ctl
+        .barrier(&format!("fo-posted{round}"), BARRIER_TIMEOUT)?;
+    let mut reqs = post_sends(ctx, sc, buf, &mr, 0..n / 2, round)?;
+    if down_midway {
+        set_link(false)?;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    reqs.extend(post_sends(ctx, sc, buf, &mr, n / 2..n, round)?);
+    net.wait_all(reqs, Duration::from_secs(120))?;
+    let took = t0.elapsed();
+    net.dereg_mr(sc, mr).call("deregMr")?;
+    Ok(took)
+}
+
+fn failover(ctx: &mut Ctx) -> HResult<String> {
+    let n = SINGLES + GROUP;
+    let buf = Buffer::new(n * MIB)?;
+    let (send, recv) = connect(ctx)?;
+    let pair = (&send, &recv);
+    // Round 0: rxe1 goes down half way; the comm fails over to rxe0.
+    let t_down = failover_round(ctx, pair, &buf, 0, true)?;
+    let moved = log_lines("(failover)").len();
+    ensure!(
+        moved >= 1,
+        "rxe1 went down under traffic but this rank never said its QPs moved (failover); stops: {:?}",
+        log_lines(STOPPED)
+    );
+    // Round 1: rxe1 still down: nothing goes over it.
+    let before = rcvd_pkts("rxe1")?;
+    let t_one = failover_round(ctx, pair, &buf, 1, false)?;
+    let during = rcvd_pkts("rxe1")? - before;
+    ensure!(
+        during == 0,
+        "rxe1 is down, yet it received {during} packets during a round"
+    );
+    ctx.ctl.barrier("fo-round1", BARRIER_TIMEOUT)?;
+    if send.is_some() {
+        set_link(true)?;
+    }
+    ctx.ctl.barrier("fo-up", BARRIER_TIMEOUT)?;
+    std::thread::sleep(Duration::from_secs(1));
+    // Rounds 2 and 3: rxe1 is back; the QPs move home (failback) and rxe1 carries traffic.
+    let before = rcvd_pkts("rxe1")?;
+    failover_round(ctx, pair, &buf, 2, false)?;
+    let t_back = failover_round(ctx, pair, &buf, 3, false)?;
+    let after = rcvd_pkts("rxe1")? - before;
+    ensure!(
+        after > 0,
+        "rxe1 is back, yet it received no packet in two rounds (no failback?); stops: {:?}",
+        log_lines(STOPPED)
+    );
+    let failback = log_lines("(failback)").len();
+    if let Some(sc) = send {
+        ctx.net.close_send(sc).call("closeSend")?;
+    }
+    if let Some(rc) = recv {
+        ctx.net.close_recv(rc).call("closeRecv")?;
+    }
+    let close = log_lines("comm closed");
+    let per_member = close
+        .iter()
+        .find_map(|l| {
+            l.find("completions per member device")
+                .map(|i| l[i..].to_string())
+        })
+        .unwrap_or_default();
+    Ok(format!(
+        "rxe1 down under load: failed over ({moved} line(s)), 32 MiB in {} ms; a round on rxe0 alone while rxe1 was down: {} ms ({during} packets on rxe1); after rxe1 came back: {failback} failback stop(s), {after} packets on rxe1, a round in {} ms; {per_member}",
+        t_down.as_millis(),
+        t_one.as_millis(),
+        t_back.as_millis()
     ))
 }

@@ -171,7 +171,7 @@ pub struct Opts {
 }
 
 pub const USAGE: &str = "usage: nccl-harness --scenario NAME [--rank R] [--nranks N] [--dev rxe0] [--iters N] \
-                         [--victim sender|receiver] [--delay-ms MS] [--flap transient|for-good|peer-killed]";
+                         [--victim sender|receiver] [--delay-ms MS] [--flap transient|for-good|peer-killed|failover]";
 
 /// Parses the arguments (without the program name).
 pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
@@ -229,9 +229,10 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String
                     "transient" => Flap::Transient,
                     "for-good" => Flap::ForGood,
                     "peer-killed" => Flap::PeerKilled,
+                    "failover" => Flap::Failover,
                     other => {
                         return Err(format!(
-                            "--flap must be transient, for-good or peer-killed, not {other:?}"
+                            "--flap must be transient, for-good, peer-killed or failover, not {other:?}"
                         ));
                     }
                 }

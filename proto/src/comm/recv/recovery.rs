@@ -80,8 +80,8 @@ impl Recovering for RecvCore {
                     Ok(Vec::new())
                 }
             }
-            Msg::Rebuilt { epoch, qpns } => {
-                self.recovery.set_peer_qpns(epoch, qpns);
+            Msg::Rebuilt { epoch, qpns, down } => {
+                self.recovery.set_peer_qpns(epoch, qpns, down);
                 Ok(Vec::new())
             }
             other => Err(RecoveryError::Inconsistent(format!(
@@ -100,7 +100,7 @@ impl Recovering for RecvCore {
         } else if !r.is_rebuilt() {
             Step::Rebuild
         } else if let Some(q) = r.peer_qpns() {
-            Step::Connect(q.to_vec())
+            Step::Connect(q.clone())
         } else {
             Step::Wait
         }

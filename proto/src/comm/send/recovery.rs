@@ -54,8 +54,8 @@ impl Recovering for SendCore {
                 Err(RecoveryError::WrongEpoch { got, want }) if got < want => Ok(Vec::new()),
                 other => other.map(|()| Vec::new()),
             },
-            Msg::Rebuilt { epoch, qpns } => {
-                self.recovery.set_peer_qpns(epoch, qpns);
+            Msg::Rebuilt { epoch, qpns, down } => {
+                self.recovery.set_peer_qpns(epoch, qpns, down);
                 Ok(Vec::new())
             }
             Msg::Resume { epoch } => {
@@ -79,7 +79,7 @@ impl Recovering for SendCore {
             return Step::Run;
         }
         match r.peer_qpns() {
-            Some(q) if self.peer_state_applied && !r.is_rebuilt() => Step::Connect(q.to_vec()),
+            Some(q) if self.peer_state_applied && !r.is_rebuilt() => Step::Connect(q.clone()),
             _ => Step::Wait,
         }
     }
