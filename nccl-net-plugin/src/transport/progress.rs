@@ -14,6 +14,7 @@ use ferro_proto::MAX_RECVS;
 use ferro_proto::comm::recovering::Recovering;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
+use ferro_proto::comm::wr_id;
 use ferro_proto::comm::{CommHealth, CoreError, Done};
 use ferro_proto::fifo;
 use ferro_proto::health::{FailedCompletion, Look, PeerGone, Socket, Verdict, verdict};
@@ -151,6 +152,9 @@ impl Comm {
                 if wc.status == IBV_WC_SUCCESS {
                     crate::profiler::on_completion(self, wc);
                     on_wc(core, wc);
+                } else if !core.recovery().counts(wr_id::epoch_of(wc.wr_id)) {
+                    // Work of an earlier epoch (its QP was torn down by a recovery) or polled
+                    // while the comm is stopped: flushed as expected, no news.
                 } else {
                     let failed = FailedCompletion {
                         device: &rail.dev.ibdev,

@@ -168,7 +168,18 @@ fn post_sends(
             mr,
         })
         .collect();
-    post_sends_any_order(ctx.net, &ops, OP_TIMEOUT)
+    post_sends_in_order(ctx.net, &ops)
+}
+
+/// Posts each send in turn, retrying a NULL answer until it is taken, as NCCL's proxy does:
+/// sends with the same tag must reach the plugin in their order (retrying a later one while an
+/// earlier one is refused would let it match the earlier one's buffer).
+fn post_sends_in_order(net: &crate::net::Net, ops: &[SendOp<'_>]) -> HResult<Vec<Request>> {
+    let mut reqs = Vec::with_capacity(ops.len());
+    for op in ops {
+        reqs.push(net.isend_blocking(op.comm, op.buf, op.off, op.len, op.tag, op.mr, OP_TIMEOUT)?);
+    }
+    Ok(reqs)
 }
 
 /// Lines of this process's plugin log that contain `what`.
