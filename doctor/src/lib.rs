@@ -89,6 +89,7 @@ mod findings;
 mod format;
 mod json;
 mod model;
+mod nfd;
 pub mod node;
 #[cfg(test)]
 mod tests;
@@ -101,6 +102,7 @@ pub use findings::*;
 pub use format::*;
 pub use json::*;
 pub use model::*;
+pub use nfd::*;
 pub use node::limits::{
     Limits, MEMLOCK_WARN_BELOW, Memlock, SHM_WARN_BELOW, Shm, ShmProblem, cap_ipc_lock_from_status,
 };

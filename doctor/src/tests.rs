@@ -103,6 +103,7 @@ pub(crate) fn report(devices: Vec<Device>) -> Report {
         enumeration_errors: Vec::new(),
         host: host(),
         node: None,
+        gdr_policy: GdrPolicy::Required,
     }
 }
 
@@ -556,7 +557,8 @@ fn argument_parsing() {
     assert_eq!(
         p(&[]),
         Ok(Command::Run(Options {
-            json: false,
+            output: Output::Text,
+            gdr_policy: GdrPolicy::Required,
             sysfs_root: "/sys".into(),
             root: None,
         }))
@@ -564,7 +566,8 @@ fn argument_parsing() {
     assert_eq!(
         p(&["--json", "--sysfs-root", "/tmp/fake"]),
         Ok(Command::Run(Options {
-            json: true,
+            output: Output::Json,
+            gdr_policy: GdrPolicy::Required,
             sysfs_root: "/tmp/fake".into(),
             root: None,
         }))
@@ -572,7 +575,8 @@ fn argument_parsing() {
     assert_eq!(
         p(&["--sysfs-root=/x"]),
         Ok(Command::Run(Options {
-            json: false,
+            output: Output::Text,
+            gdr_policy: GdrPolicy::Required,
             sysfs_root: "/x".into(),
             root: None,
         }))
@@ -581,7 +585,8 @@ fn argument_parsing() {
     assert_eq!(
         p(&["--root", "/host"]),
         Ok(Command::Run(Options {
-            json: false,
+            output: Output::Text,
+            gdr_policy: GdrPolicy::Required,
             sysfs_root: "/host/sys".into(),
             root: Some("/host".into()),
         }))

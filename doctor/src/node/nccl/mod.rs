@@ -1,0 +1,706 @@
+//! NCCL and the plugin it would load, as this process's environment sets them up: the installed
+//! `libnccl.so.2` and its version, the file `NCCL_NET_PLUGIN` (or the default `libnccl-net.so`)
+//! resolves to on the library path, whether the loader would load it (its machine, its
+//! `DT_NEEDED` libraries and the glibc symbol versions it needs), which `ncclNetPlugin_vN` table
+//! the installed NCCL would pick from it, copies that shadow others, and `NCCL_NET`.
+//!
+//! Facts are gathered under a root ([`collect_nccl`], the library path of [`search`], ELF files
+//! read by [`elf`], never loaded) and judged by [`nccl_checks`]: `nccl.library`, `nccl.plugin`,
+//! `nccl.shadow`, `nccl.net`.
+//!
+//! NCCL's version comes from the real path of `libnccl.so.2`: packages install it as a link to
+//! `libnccl.so.2.<minor>.<patch>`, so the file name states the release without running any of its
+//! code. Its `SONAME` is `libnccl.so.2` for every 2.x release and says nothing, and reading the
+//! version through `ncclGetVersion` means calling into the library (a `dlopen`, its constructors
+//! and CUDA's); a copy with no versioned name (a Python wheel's) is reported as of unknown
+//! version and judged against every release.
+
+pub mod elf;
+pub mod search;
+#[cfg(test)]
+mod tests;
+
+use super::{Check, Roots, Status};
+use elf::{ElfFacts, host_machine, machine_name};
+use search::{Found, SearchPath};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The default plugin file NCCL loads when `NCCL_NET_PLUGIN` is unset.
+pub const DEFAULT_PLUGIN: &str = "libnccl-net.so";
+/// NCCL's library.
+pub const LIBNCCL: &str = "libnccl.so.2";
+/// The table versions this plugin exports.
+pub const OUR_TABLES: std::ops::RangeInclusive<u32> = 7..=12;
+/// The first NCCL minor release of each table-order rule, newest last (2.x).
+const RELEASES: [u32; 7] = [19, 20, 24, 26, 28, 30, 31];
+
+/// An NCCL release, `2.21.5`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NcclVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl NcclVersion {
+    /// From a file name `libnccl.so.2.21.5` (`None` for `libnccl.so.2` or anything else).
+    pub fn from_file_name(name: &str) -> Option<NcclVersion> {
+        let rest = name.strip_prefix("libnccl.so.")?;
+        let mut parts = rest.split('.').map(|p| p.parse::<u32>().ok());
+        let (major, minor, patch) = (parts.next()??, parts.next()??, parts.next()??);
+        Some(NcclVersion {
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    /// The `ncclNetPlugin_vN` versions this release looks for, in the order it tries them (the
+    /// first one the plugin exports wins).
+    pub fn table_order(self) -> Vec<u32> {
+        let newest = match (self.major, self.minor) {
+            (m, _) if m > 2 => 12,
+            (2, n) if n >= 30 => 12,
+            (2, 28..=29) => 11,
+            (2, 26..=27) => 10,
+            (2, 24..=25) => 9,
+            (2, 20..=23) => 8,
+            (2, 19) => 7,
+            _ => 6,
+        };
+        // 2.26 dropped v5.
+        let oldest = if (self.major, self.minor) >= (2, 26) {
+            6
+        } else {
+            5
+        };
+        (oldest..=newest).rev().collect()
+    }
+
+    /// How NCCL resolves `NCCL_NET_PLUGIN=value` into file names (`None`: no external plugin).
+    pub fn plugin_names(version: Option<NcclVersion>, value: Option<&str>) -> PluginRequest {
+        let v = version.map(|v| (v.major, v.minor));
+        let Some(value) = value.map(str::trim).filter(|s| !s.is_empty()) else {
+            return PluginRequest::Files(vec![vec![DEFAULT_PLUGIN.to_string()]]);
+        };
+        if value.eq_ignore_ascii_case("none") {
+            return PluginRequest::NoPlugin;
+        }
+        if value == "STATIC_PLUGIN" && v.is_none_or(|v| v >= (2, 22)) {
+            return PluginRequest::Static;
+        }
+        // 2.27 and later take a comma-separated list.
+        let names: Vec<&str> = if v.is_none_or(|v| v >= (2, 27)) {
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        } else {
+            vec![value]
+        };
+        PluginRequest::Files(
+            names
+                .into_iter()
+                .map(|n| {
+                    let prefixed = format!("libnccl-net-{n}.so");
+                    // Up to 2.20 only the prefixed name; from 2.21 the value itself first.
+                    if v.is_some_and(|v| v <= (2, 20)) {
+                        vec![prefixed]
+                    } else {
+                        vec![n.to_string(), prefixed]
+                    }
+                })
+                .collect(),
+        )
+    }
+}
+
+impl fmt::Display for NcclVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// What `NCCL_NET_PLUGIN` asks NCCL to load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginRequest {
+    /// `none`: no external plugin.
+    NoPlugin,
+    /// `STATIC_PLUGIN`: the tables are looked up in the process itself.
+    Static,
+    /// Per plugin asked for, the file names tried in order.
+    Files(Vec<Vec<String>>),
+}
+
+/// `libnccl.so.2` on the library path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NcclLib {
+    /// Every copy, the loaded one first.
+    pub copies: Vec<Found>,
+    /// From the first copy's real file name.
+    pub version: Option<NcclVersion>,
+}
+
+/// One file name NCCL would hand to the loader, and what the loader would find.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The name as NCCL passes it (`libnccl-net.so`, `ferro`, `/opt/ferro/lib/...`).
+    pub name: String,
+    /// The copies found (a path: that file alone), the loaded one first.
+    pub copies: Vec<Found>,
+    /// The first copy's ELF facts, or why it cannot be read (`None`: nothing found).
+    pub elf: Option<Result<ElfFacts, String>>,
+    /// Why the loader would refuse the first copy (empty: it loads).
+    pub load_problems: Vec<String>,
+    /// The first copy is this plugin (its real file is `libnccl-net-ferro*` or
+    /// `libnccl_net_ferro*`).
+    pub ours: bool,
+}
+
+impl Candidate {
+    pub fn loads(&self) -> bool {
+        !self.copies.is_empty() && self.load_problems.is_empty()
+    }
+
+    /// The table versions it defines.
+    pub fn tables(&self) -> Vec<u32> {
+        match &self.elf {
+            Some(Ok(e)) => (1..=32)
+                .filter(|n| e.defines(&format!("ncclNetPlugin_v{n}")))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Everything the NCCL checks look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NcclFacts {
+    pub search: SearchPath,
+    pub net_plugin: Option<String>,
+    pub net: Option<String>,
+    pub library: Option<NcclLib>,
+    pub request: PluginRequest,
+    /// The candidates in the order NCCL tries them (empty for `none` and `STATIC_PLUGIN`).
+    pub candidates: Vec<Candidate>,
+    /// Every `libnccl-net.so` on the path (for the shadowing report).
+    pub default_copies: Vec<Found>,
+}
+
+/// Whether the real file `p` is this plugin.
+fn is_ours(p: &Path) -> bool {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .is_some_and(|n| n.starts_with("libnccl-net-ferro") || n.starts_with("libnccl_net_ferro"))
+}
+
+/// Gathers the NCCL facts under `roots.fs`; `env` is the environment, `read` the ELF reader
+/// ([`elf::read_elf`] on a real host; tests pass their own).
+pub fn collect_nccl(
+    roots: &Roots,
+    env: &dyn Fn(&str) -> Option<String>,
+    read: &dyn Fn(&Path) -> Result<ElfFacts, String>,
+) -> NcclFacts {
+    let search = SearchPath::read(&roots.fs, env("LD_LIBRARY_PATH").as_deref());
+    let net_plugin = env("NCCL_NET_PLUGIN");
+    let copies = search.find_all(LIBNCCL);
+    let library = (!copies.is_empty()).then(|| NcclLib {
+        version: copies[0]
+            .real
+            .file_name()
+            .and_then(|n| NcclVersion::from_file_name(&n.to_string_lossy())),
+        copies,
+    });
+    let version = library.as_ref().and_then(|l| l.version);
+    let request = NcclVersion::plugin_names(version, net_plugin.as_deref());
+    let mut candidates = Vec::new();
+    if let PluginRequest::Files(plugins) = &request {
+        for names in plugins {
+            for name in names {
+                candidates.push(candidate(&search, name, read));
+            }
+        }
+    }
+    NcclFacts {
+        default_copies: search.find_all(DEFAULT_PLUGIN),
+        net: env("NCCL_NET").filter(|s| !s.trim().is_empty()),
+        net_plugin,
+        library,
+        request,
+        candidates,
+        search,
+    }
+}
+
+fn candidate(
+    search: &SearchPath,
+    name: &str,
+    read: &dyn Fn(&Path) -> Result<ElfFacts, String>,
+) -> Candidate {
+    let copies = if name.contains('/') {
+        let p = PathBuf::from(name);
+        if search.under(&p).is_file() {
+            vec![Found {
+                real: search.resolve(&p),
+                path: p,
+            }]
+        } else {
+            Vec::new()
+        }
+    } else {
+        search.find_all(name)
+    };
+    let Some(first) = copies.first() else {
+        return Candidate {
+            name: name.to_string(),
+            copies,
+            elf: None,
+            load_problems: Vec::new(),
+            ours: false,
+        };
+    };
+    let elf = read(&search.under(&first.path));
+    let mut problems = Vec::new();
+    match &elf {
+        Err(e) => problems.push(e.clone()),
+        Ok(e) => problems.extend(load_problems(search, e, read)),
+    }
+    Candidate {
+        name: name.to_string(),
+        ours: is_ours(&first.real),
+        copies,
+        elf: Some(elf),
+        load_problems: problems,
+    }
+}
+
+/// What the loader would refuse in a library with facts `e`: another machine, a `DT_NEEDED`
+/// library it cannot find, a glibc symbol version the installed glibc lacks.
+pub fn load_problems(
+    search: &SearchPath,
+    e: &ElfFacts,
+    read: &dyn Fn(&Path) -> Result<ElfFacts, String>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(host) = host_machine() {
+        if e.machine != host {
+            out.push(format!(
+                "built for {}, this host is {}",
+                machine_name(e.machine),
+                machine_name(host)
+            ));
+            return out;
+        }
+    }
+    for lib in &e.needed {
+        let Some(found) = search.find(lib) else {
+            out.push(format!("needs {lib}, which is not on the library path"));
+            continue;
+        };
+        let wanted: Vec<&str> = e
+            .version_needs
+            .iter()
+            .filter(|(l, v)| l == lib && v.starts_with("GLIBC_"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        if wanted.is_empty() {
+            continue;
+        }
+        match read(&search.under(&found.path)) {
+            Ok(dep) => {
+                let missing: Vec<&str> = wanted
+                    .into_iter()
+                    .filter(|v| !dep.version_defs.iter().any(|d| d == v))
+                    .collect();
+                if !missing.is_empty() {
+                    let newest = dep
+                        .version_defs
+                        .iter()
+                        .filter(|d| d.starts_with("GLIBC_2."))
+                        .max_by_key(|d| glibc_key(d))
+                        .map_or("?".to_string(), String::clone);
+                    out.push(format!(
+                        "needs {} from {lib}; the installed glibc ({}) provides up to {newest}",
+                        missing.join(", "),
+                        found.path.display()
+                    ));
+                }
+            }
+            Err(err) => out.push(format!("cannot check the glibc versions it needs: {err}")),
+        }
+    }
+    out
+}
+
+/// `GLIBC_2.34` -> (2, 34) for ordering.
+fn glibc_key(v: &str) -> (u32, u32, u32) {
+    let mut parts = v
+        .trim_start_matches("GLIBC_")
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    )
+}
+
+/// The release rules a version-less judgement goes through: one representative per rule.
+fn representative_releases() -> Vec<NcclVersion> {
+    RELEASES[..RELEASES.len() - 1]
+        .iter()
+        .map(|&minor| NcclVersion {
+            major: 2,
+            minor,
+            patch: 0,
+        })
+        .collect()
+}
+
+/// The table a release picks from `tables` (`None`: none it knows).
+pub fn picked_table(v: NcclVersion, tables: &[u32]) -> Option<u32> {
+    v.table_order().into_iter().find(|t| tables.contains(t))
+}
+
+fn list_tables(t: &[u32]) -> String {
+    if t.is_empty() {
+        return "none".to_string();
+    }
+    t.iter()
+        .map(|n| format!("v{n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The NCCL checks.
+pub fn nccl_checks(f: &NcclFacts) -> Vec<Check> {
+    let mut out = vec![library_check(f)];
+    out.push(plugin_check(f));
+    out.extend(shadow_check(f));
+    out.extend(net_check(f));
+    out
+}
+
+fn library_check(f: &NcclFacts) -> Check {
+    let dirs = format!(
+        "library path (LD_LIBRARY_PATH, /etc/ld.so.conf, defaults): {}",
+        f.search
+            .dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":")
+    );
+    let Some(lib) = &f.library else {
+        return Check::new(
+            "nccl.library",
+            "libnccl.so.2",
+            Status::Info,
+            "libnccl.so.2 is not on this process's library path (normal where the job's image, not \
+             this one, brings NCCL): the plugin's table is judged for every NCCL release",
+        )
+        .evidence(dirs);
+    };
+    let first = &lib.copies[0];
+    let mut c = match lib.version {
+        Some(v) => Check::new(
+            "nccl.library",
+            "libnccl.so.2",
+            Status::Ok,
+            format!("NCCL {v} at {}", first.path.display()),
+        ),
+        None => Check::new(
+            "nccl.library",
+            "libnccl.so.2",
+            Status::Info,
+            format!(
+                "NCCL at {}, version unknown (its file name {} states none): the plugin's table is \
+                 judged for every NCCL release",
+                first.path.display(),
+                first.real.display()
+            ),
+        ),
+    };
+    c = c.evidence(format!(
+        "{} -> {}",
+        first.path.display(),
+        first.real.display()
+    ));
+    for other in &lib.copies[1..] {
+        c = c.evidence(format!(
+            "also {} (-> {}), shadowed by the first",
+            other.path.display(),
+            other.real.display()
+        ));
+    }
+    c.evidence(dirs)
+}
+
+const FIX_NAME: &str = "set NCCL_NET_PLUGIN=ferro (NCCL then loads libnccl-net-ferro.so from the \
+    library path) or to the plugin's full path, and make sure its directory is on LD_LIBRARY_PATH \
+    or in /etc/ld.so.conf.d";
+
+fn plugin_check(f: &NcclFacts) -> Check {
+    let subject = "NCCL_NET_PLUGIN";
+    let setting = match f.net_plugin.as_deref() {
+        Some(v) => format!("NCCL_NET_PLUGIN={v}"),
+        None => format!("NCCL_NET_PLUGIN unset (NCCL loads {DEFAULT_PLUGIN})"),
+    };
+    match &f.request {
+        PluginRequest::NoPlugin => {
+            return Check::new(
+                "nccl.plugin",
+                subject,
+                Status::Warning,
+                "NCCL_NET_PLUGIN=none: NCCL loads no network plugin, so this plugin is never used",
+            )
+            .fix("unset NCCL_NET_PLUGIN or set it to ferro");
+        }
+        PluginRequest::Static => {
+            return Check::new(
+                "nccl.plugin",
+                subject,
+                Status::Info,
+                "NCCL_NET_PLUGIN=STATIC_PLUGIN: NCCL looks for the tables in the application itself; \
+                 the doctor cannot see them",
+            );
+        }
+        PluginRequest::Files(_) => {}
+    }
+    let evidence: Vec<String> = f
+        .candidates
+        .iter()
+        .map(|c| match c.copies.first() {
+            None => format!("{}: not found", c.name),
+            Some(first) => format!(
+                "{}: {} -> {}{}; tables {}{}",
+                c.name,
+                first.path.display(),
+                first.real.display(),
+                if c.ours { " (Ferro)" } else { "" },
+                list_tables(&c.tables()),
+                if c.load_problems.is_empty() {
+                    String::new()
+                } else {
+                    format!("; does not load: {}", c.load_problems.join("; "))
+                }
+            ),
+        })
+        .collect();
+    // NCCL takes the first candidate the loader loads.
+    let chosen = f.candidates.iter().find(|c| c.loads());
+    let broken: Vec<&Candidate> = f
+        .candidates
+        .iter()
+        .filter(|c| !c.copies.is_empty() && !c.loads())
+        .collect();
+    let version = f.library.as_ref().and_then(|l| l.version);
+    let mut c = match chosen {
+        None if !broken.is_empty() => {
+            let b = broken[0];
+            Check::new(
+                "nccl.plugin",
+                subject,
+                Status::Fail,
+                format!(
+                    "{setting}: {} does not load: {}; NCCL falls back to its own transports",
+                    b.copies[0].path.display(),
+                    b.load_problems.join("; ")
+                ),
+            )
+            .fix("install the plugin built for this host (its architecture and glibc), or a newer glibc")
+        }
+        // The doctor often runs where the job does not (a DaemonSet, a login shell): the
+        // job's environment may well find the plugin, so this is worth knowing, not a warning.
+        None => Check::new(
+            "nccl.plugin",
+            subject,
+            Status::Info,
+            format!(
+                "{setting}: no such plugin on this process's library path: NCCL started with this \
+                 environment would not use this plugin"
+            ),
+        )
+        .fix(FIX_NAME),
+        Some(ch) if !ch.ours => Check::new(
+            "nccl.plugin",
+            subject,
+            Status::Fail,
+            format!(
+                "{setting}: NCCL would load {} (-> {}), another plugin, not Ferro",
+                ch.copies[0].path.display(),
+                ch.copies[0].real.display()
+            ),
+        )
+        .fix(FIX_NAME),
+        Some(ch) => table_verdict(&setting, ch, version),
+    };
+    c.evidence = evidence;
+    c
+}
+
+/// The plugin NCCL would load is ours: does it export a table the installed NCCL (or, version
+/// unknown, every release) picks?
+fn table_verdict(setting: &str, ch: &Candidate, version: Option<NcclVersion>) -> Check {
+    let tables = ch.tables();
+    let path = ch.copies[0].path.display();
+    match version {
+        Some(v) => match picked_table(v, &tables) {
+            Some(t) => Check::new(
+                "nccl.plugin",
+                "NCCL_NET_PLUGIN",
+                Status::Ok,
+                format!("{setting}: {path} loads; NCCL {v} would use its ncclNetPlugin_v{t} table"),
+            ),
+            None => Check::new(
+                "nccl.plugin",
+                "NCCL_NET_PLUGIN",
+                Status::Fail,
+                format!(
+                    "{setting}: {path} exports {}, none of the tables NCCL {v} looks for ({}): NCCL skips it",
+                    list_tables(&tables),
+                    list_tables(&v.table_order())
+                ),
+            )
+            .fix("install a plugin build that exports the table of this NCCL release, or a newer NCCL"),
+        },
+        None => {
+            let per: Vec<(NcclVersion, Option<u32>)> = representative_releases()
+                .into_iter()
+                .map(|r| (r, picked_table(r, &tables)))
+                .collect();
+            let text = per
+                .iter()
+                .map(|(r, t)| {
+                    format!(
+                        "2.{}+: {}",
+                        r.minor,
+                        t.map_or("none".to_string(), |t| format!("v{t}"))
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let unserved: Vec<String> = per
+                .iter()
+                .filter(|(_, t)| t.is_none())
+                .map(|(r, _)| format!("2.{}", r.minor))
+                .collect();
+            if unserved.is_empty() {
+                Check::new(
+                    "nccl.plugin",
+                    "NCCL_NET_PLUGIN",
+                    Status::Ok,
+                    format!("{setting}: {path} loads; NCCL would use its table {text}"),
+                )
+            } else {
+                Check::new(
+                    "nccl.plugin",
+                    "NCCL_NET_PLUGIN",
+                    Status::Warning,
+                    format!(
+                        "{setting}: {path} loads, but NCCL {} would find no table in it ({text})",
+                        unserved.join(", ")
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// Copies of the loaded plugin file further down the path, and a `libnccl-net.so` that is not
+/// this plugin where NCCL would load it.
+fn shadow_check(f: &NcclFacts) -> Option<Check> {
+    let mut lines = Vec::new();
+    let mut status = Status::Info;
+    for c in &f.candidates {
+        for later in c.copies.iter().skip(1) {
+            let later_ours = is_ours(&later.real);
+            if later_ours && !c.ours {
+                status = Status::Fail;
+            }
+            lines.push(format!(
+                "{} at {} (-> {}{}) is shadowed by {} (-> {}{})",
+                c.name,
+                later.path.display(),
+                later.real.display(),
+                if later_ours { ", Ferro" } else { "" },
+                c.copies[0].path.display(),
+                c.copies[0].real.display(),
+                if c.ours { ", Ferro" } else { "" },
+            ));
+        }
+    }
+    // Set to a name, NCCL never loads libnccl-net.so; unset, it loads the first one.
+    if f.net_plugin.is_some() {
+        if let Some(d) = f.default_copies.first().filter(|d| !is_ours(&d.real)) {
+            lines.push(format!(
+                "{} (-> {}) is another plugin; it is not loaded while NCCL_NET_PLUGIN is set, \
+                 and would be if it were unset",
+                d.path.display(),
+                d.real.display()
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    let summary = if status == Status::Fail {
+        format!(
+            "a copy of Ferro on the library path is shadowed by another plugin: {}",
+            lines[0]
+        )
+    } else {
+        format!(
+            "more than one plugin file on the library path: {}",
+            lines[0]
+        )
+    };
+    let mut c = Check::new("nccl.shadow", "library path", status, summary);
+    if status == Status::Fail {
+        c = c.fix(format!(
+            "remove the other file, put Ferro's directory first on LD_LIBRARY_PATH, or {FIX_NAME}"
+        ));
+    }
+    c.evidence = lines;
+    Some(c)
+}
+
+/// `NCCL_NET`: NCCL uses only the network of that name.
+fn net_check(f: &NcclFacts) -> Option<Check> {
+    let net = f.net.as_deref()?.trim();
+    let name = nccl_net_ferro::PLUGIN_NAME.to_string_lossy();
+    if net.eq_ignore_ascii_case(&name) {
+        return Some(Check::new(
+            "nccl.net",
+            "NCCL_NET",
+            Status::Ok,
+            format!("NCCL_NET={net}: NCCL uses only this plugin (and fails if it cannot)"),
+        ));
+    }
+    let installed = f
+        .candidates
+        .iter()
+        .find(|c| c.loads())
+        .is_some_and(|c| c.ours);
+    let c = if installed {
+        Check::new(
+            "nccl.net",
+            "NCCL_NET",
+            Status::Fail,
+            format!(
+                "NCCL_NET={net}: NCCL uses only the network named {net:?}; the installed {name} \
+                 plugin is loaded but never used"
+            ),
+        )
+    } else {
+        Check::new(
+            "nccl.net",
+            "NCCL_NET",
+            Status::Warning,
+            format!("NCCL_NET={net}: NCCL uses only the network named {net:?}, not {name}"),
+        )
+    };
+    Some(c.fix(format!("unset NCCL_NET or set NCCL_NET={name}")))
+}
