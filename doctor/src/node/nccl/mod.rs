@@ -108,6 +108,9 @@ impl NcclVersion {
                     // Up to 2.20 only the prefixed name; from 2.21 the value itself first.
                     if v.is_some_and(|v| v <= (2, 20)) {
                         vec![prefixed]
+                    } else if n.contains('/') {
+                        // A path: the prefixed form names no file either.
+                        vec![n.to_string()]
                     } else {
                         vec![n.to_string(), prefixed]
                     }

@@ -6,18 +6,24 @@
 
 use std::path::{Path, PathBuf};
 
-/// The default directories after the configured ones (multiarch first, as Debian and Ubuntu
-/// configure them; `lib64` for RHEL-like systems).
-pub const DEFAULT_DIRS: [&str; 8] = [
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
+/// The default directories after the configured ones (this machine's multiarch directories
+/// first, as Debian and Ubuntu configure them; `lib64` for RHEL-like systems).
+pub const DEFAULT_DIRS: [&str; 6] = [
+    MULTIARCH_LIB,
+    MULTIARCH_USR_LIB,
     "/lib64",
     "/usr/lib64",
     "/lib",
     "/usr/lib",
 ];
+#[cfg(target_arch = "aarch64")]
+const MULTIARCH_LIB: &str = "/lib/aarch64-linux-gnu";
+#[cfg(target_arch = "aarch64")]
+const MULTIARCH_USR_LIB: &str = "/usr/lib/aarch64-linux-gnu";
+#[cfg(not(target_arch = "aarch64"))]
+const MULTIARCH_LIB: &str = "/lib/x86_64-linux-gnu";
+#[cfg(not(target_arch = "aarch64"))]
+const MULTIARCH_USR_LIB: &str = "/usr/lib/x86_64-linux-gnu";
 
 /// The library search path: directories as the process names them (`/usr/lib`), read under
 /// `root`.
