@@ -274,7 +274,7 @@ fn shadow_check(f: &NcclFacts) -> Option<Check> {
     let mut status = Status::Info;
     for c in &f.candidates {
         for later in c.copies.iter().skip(1) {
-            let later_ours = is_ours(&later.real);
+            let later_ours = is_ours_file(&f.search, later);
             if later_ours && !c.ours {
                 status = Status::Fail;
             }
@@ -292,7 +292,11 @@ fn shadow_check(f: &NcclFacts) -> Option<Check> {
     }
     // Set to a name, NCCL never loads libnccl-net.so; unset, it loads the first one.
     if f.net_plugin.is_some() {
-        if let Some(d) = f.default_copies.first().filter(|d| !is_ours(&d.real)) {
+        if let Some(d) = f
+            .default_copies
+            .first()
+            .filter(|d| !is_ours_file(&f.search, d))
+        {
             lines.push(format!(
                 "{} (-> {}) is another plugin; it is not loaded while NCCL_NET_PLUGIN is set, \
                  and would be if it were unset",

@@ -29,6 +29,8 @@ use search::{Found, SearchPath};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// The plugin's installed file name (`NCCL_NET_PLUGIN=ferro` resolves to it).
+pub const OUR_FILE: &str = "libnccl-net-ferro.so";
 /// The default plugin file NCCL loads when `NCCL_NET_PLUGIN` is unset.
 pub const DEFAULT_PLUGIN: &str = "libnccl-net.so";
 /// NCCL's library.
@@ -160,8 +162,8 @@ pub struct Candidate {
     pub elf: Option<Result<ElfFacts, String>>,
     /// Why the loader would refuse the first copy (empty: it loads).
     pub load_problems: Vec<String>,
-    /// The first copy is this plugin (its real file is `libnccl-net-ferro*` or
-    /// `libnccl_net_ferro*`).
+    /// The first copy is this plugin: its real file is `libnccl-net-ferro*` or
+    /// `libnccl_net_ferro*`, or has the same bytes as a `libnccl-net-ferro.so` on the path.
     pub ours: bool,
 }
 
@@ -200,6 +202,23 @@ fn is_ours(p: &Path) -> bool {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .is_some_and(|n| n.starts_with("libnccl-net-ferro") || n.starts_with("libnccl_net_ferro"))
+}
+
+/// Whether the file found is this plugin: by its real name, or by its bytes.
+pub(crate) fn is_ours_file(search: &SearchPath, f: &Found) -> bool {
+    is_ours(&f.real) || same_file_as_ours(search, &f.path)
+}
+
+/// Whether `p` (as the process names it) has the same bytes as a `libnccl-net-ferro.so` on the
+/// path: a copy of the plugin under another name (`libnccl-net.so` copied rather than linked).
+fn same_file_as_ours(search: &SearchPath, p: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(search.under(p)) else {
+        return false;
+    };
+    search
+        .find_all(OUR_FILE)
+        .iter()
+        .any(|f| std::fs::read(search.under(&f.path)).is_ok_and(|o| o == bytes))
 }
 
 /// Gathers the NCCL facts under `roots.fs`; `env` is the environment, `read` the ELF reader
@@ -275,7 +294,7 @@ fn candidate(
     }
     Candidate {
         name: name.to_string(),
-        ours: is_ours(&first.real),
+        ours: is_ours_file(search, first),
         copies,
         elf: Some(elf),
         load_problems: problems,

@@ -47,7 +47,8 @@ impl Libs {
     }
 
     fn file(&mut self, rel: &str, facts: ElfFacts) {
-        self.t.write(rel, "placeholder");
+        // Distinct bytes per file: only a deliberate copy has the same bytes as another.
+        self.t.write(rel, &format!("placeholder for {rel}"));
         self.elf.insert(self.t.path(rel), facts);
     }
 
@@ -293,6 +294,21 @@ fn with_nccl_net_plugin_unset_another_libnccl_net_so_shadows_ferro() {
         "{:?}",
         s.evidence
     );
+}
+
+#[test]
+fn a_copy_of_ferro_under_the_default_name_is_recognised_as_ferro() {
+    let mut l = Libs::new();
+    let all: Vec<u32> = OUR_TABLES.collect();
+    l.file("usr/lib/libnccl-net-ferro.so", plugin(&all, 17));
+    l.file("usr/lib/libnccl-net.so", plugin(&all, 17));
+    let c = nccl_checks(&l.facts(&[]));
+    assert_eq!(check(&c, "nccl.plugin").status, Status::Fail, "{c:#?}");
+    // The same bytes: a copy of Ferro.
+    let ours = std::fs::read_to_string(l.t.path("usr/lib/libnccl-net-ferro.so")).unwrap();
+    l.t.write("usr/lib/libnccl-net.so", &ours);
+    let c = nccl_checks(&l.facts(&[]));
+    assert_eq!(check(&c, "nccl.plugin").status, Status::Ok, "{c:#?}");
 }
 
 #[test]
