@@ -212,13 +212,13 @@ pub(crate) fn is_ours_file(search: &SearchPath, f: &Found) -> bool {
 /// Whether `p` (as the process names it) has the same bytes as a `libnccl-net-ferro.so` on the
 /// path: a copy of the plugin under another name (`libnccl-net.so` copied rather than linked).
 fn same_file_as_ours(search: &SearchPath, p: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(search.under(p)) else {
+    let Ok(bytes) = std::fs::read(search.under(&search.resolve(p))) else {
         return false;
     };
     search
         .find_all(OUR_FILE)
         .iter()
-        .any(|f| std::fs::read(search.under(&f.path)).is_ok_and(|o| o == bytes))
+        .any(|f| std::fs::read(search.under(&f.real)).is_ok_and(|o| o == bytes))
 }
 
 /// Gathers the NCCL facts under `roots.fs`; `env` is the environment, `read` the ELF reader
@@ -266,11 +266,9 @@ fn candidate(
 ) -> Candidate {
     let copies = if name.contains('/') {
         let p = PathBuf::from(name);
-        if search.under(&p).is_file() {
-            vec![Found {
-                real: search.resolve(&p),
-                path: p,
-            }]
+        let real = search.resolve(&p);
+        if search.under(&real).is_file() {
+            vec![Found { real, path: p }]
         } else {
             Vec::new()
         }
@@ -286,7 +284,7 @@ fn candidate(
             ours: false,
         };
     };
-    let elf = read(&search.under(&first.path));
+    let elf = read(&search.under(&first.real));
     let mut problems = Vec::new();
     match &elf {
         Err(e) => problems.push(e.clone()),
@@ -333,7 +331,7 @@ pub fn load_problems(
         if wanted.is_empty() {
             continue;
         }
-        match read(&search.under(&found.path)) {
+        match read(&search.under(&found.real)) {
             Ok(dep) => {
                 let missing: Vec<&str> = wanted
                     .into_iter()

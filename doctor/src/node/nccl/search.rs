@@ -79,11 +79,11 @@ impl SearchPath {
         self.dirs
             .iter()
             .map(|d| d.join(name))
-            .filter(|p| self.under(p).is_file())
             .map(|path| Found {
                 real: self.resolve(&path),
                 path,
             })
+            .filter(|f| self.under(&f.real).is_file())
             .collect()
     }
 
@@ -93,7 +93,9 @@ impl SearchPath {
     }
 
     /// Follows symbolic links of `p` inside the root (an absolute target is taken under the
-    /// root, a relative one next to the link), at most 16 deep.
+    /// root, a relative one next to the link), at most 16 deep, so that a link in a mounted
+    /// host tree never leads out of it. Links in the directories above the file are followed
+    /// by the kernel as they are (relative ones, such as a merged `/lib -> usr/lib`, stay inside).
     pub fn resolve(&self, p: &Path) -> PathBuf {
         let mut cur = p.to_path_buf();
         for _ in 0..16 {

@@ -199,6 +199,24 @@ fn the_installed_nccl_is_named_with_its_version_and_the_table_it_picks() {
 }
 
 #[test]
+fn an_absolute_link_in_the_tree_is_followed_inside_the_tree() {
+    let mut l = Libs::new();
+    l.file("usr/lib/libnccl.so.2.28.9", ElfFacts::default());
+    // As a package installs it on the host, seen through --root: the target is absolute.
+    l.symlink("usr/lib/libnccl.so.2", "/usr/lib/libnccl.so.2.28.9");
+    let f = l.facts(&[]);
+    let lib = f.library.expect("found through the link");
+    assert_eq!(
+        lib.copies[0].real,
+        PathBuf::from("/usr/lib/libnccl.so.2.28.9")
+    );
+    assert_eq!(
+        lib.version.map(|v| v.to_string()).as_deref(),
+        Some("2.28.9")
+    );
+}
+
+#[test]
 fn a_plugin_without_the_table_the_installed_nccl_looks_for_fails() {
     let mut l = Libs::new();
     l.file("usr/lib/libnccl.so.2.19.3", ElfFacts::default());
