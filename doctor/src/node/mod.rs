@@ -11,7 +11,9 @@
 //! gdrdrv; which GPUDirect RDMA path NCCL would use), [`iommu`] (mode from the command line and
 //! sysfs), [`pci`] (facts) and [`topology`] (NCCL distance, ACS, links, SR-IOV), [`pod`] (the
 //! pod's view: interfaces, `/dev/infiniband`, container), [`limits`] (locked memory,
-//! `CAP_IPC_LOCK` and `/dev/shm`: their one reader and their one judgement).
+//! `CAP_IPC_LOCK` and `/dev/shm`: their one reader and their one judgement), [`nccl`] (the
+//! installed NCCL and the plugin file it would load, read as ELF under the root) and [`policy`]
+//! (`--gdr-policy`: whether no GPUDirect RDMA path fails or is host staging by design).
 
 #[cfg(test)]
 pub(crate) mod fake;
