@@ -4,8 +4,9 @@
 //! The module is split in layers, so that everything but collection is tested without RDMA
 //! hardware:
 //!
-//! 1. **Collection** ([`collect`]): runs the plugin's own [`discover`](nccl_net_ferro::discovery::discover) (same configuration, same
-//!    GID choice, same `usable` verdicts as `init`), reads sysfs for devices libibverbs does not
+//! 1. **Collection** ([`collect`]): runs the plugin's own
+//!    [`discover`](nccl_net_ferro::discovery::discover) (same configuration, same GID choice,
+//!    same `usable` verdicts as `init`), reads sysfs for devices libibverbs does not
 //!    list, and gathers host facts (locked-memory limit, `CAP_IPC_LOCK` and `/dev/shm`, read under
 //!    the roots by [`node::read_limits`]; IOMMU mode, `/dev/infiniband`, NCCL environment
 //!    variables).
