@@ -37,8 +37,8 @@ pub const DEFAULT_PLUGIN: &str = "libnccl-net.so";
 pub const LIBNCCL: &str = "libnccl.so.2";
 /// The table versions this plugin exports.
 pub const OUR_TABLES: std::ops::RangeInclusive<u32> = 7..=12;
-/// The first NCCL minor release of each table-order rule, newest last (2.x).
-const RELEASES: [u32; 7] = [19, 20, 24, 26, 28, 30, 31];
+/// The first NCCL 2.x minor release of each table-order rule, oldest first.
+const RELEASES: [u32; 6] = [19, 20, 24, 26, 28, 30];
 
 /// An NCCL release, `2.21.5`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
