@@ -17,6 +17,7 @@ pub fn collect(sys_root: &Path) -> Report {
         sys: sys_root.to_path_buf(),
         proc: "/proc".into(),
         dev: "/dev".into(),
+        fs: "/".into(),
     })
 }
 
@@ -86,6 +87,7 @@ pub fn collect_at(roots: &Roots) -> Report {
             nccl_net_ferro::oob::interfaces(),
             &|k| std::env::var(k).ok(),
         )),
+        gdr_policy: GdrPolicy::Required,
     }
 }
 
@@ -242,22 +244,25 @@ pub(crate) fn port_from_sysfs(dev: &str, p: &SysPort, cfg: &Config) -> Port {
     }
 }
 
-/// The host facts: locked memory and `/dev/shm` under `roots` (see [`node::read_limits`]), the
-/// rest from `roots.sys` and the real `/proc` and `/dev`.
+/// The host facts, every one read under `roots` (`/dev/infiniband` under `roots.dev`, the
+/// command line under `roots.proc`, modules under `roots.sys`; locked memory and `/dev/shm`
+/// through [`node::read_limits`]), so the host section and the node checks describe one tree.
 pub(crate) fn collect_host(roots: &Roots) -> HostFacts {
     let sys_root = roots.sys.as_path();
     let env_var = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
-    let dev_infiniband = std::fs::read_dir("/dev/infiniband").ok().map(|rd| {
-        let mut names: Vec<String> = rd
-            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect();
-        names.sort();
-        names
-    });
+    let dev_infiniband = std::fs::read_dir(roots.dev.join("infiniband"))
+        .ok()
+        .map(|rd| {
+            let mut names: Vec<String> = rd
+                .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect();
+            names.sort();
+            names
+        });
     let module = |m: &str| sys_root.join("module").join(m).exists();
     HostFacts {
         limits: node::read_limits(roots),
-        iommu: sysfs::read_cmdline(Path::new("/proc")).map(|c| sysfs::iommu_mode(&c)),
+        iommu: sysfs::read_cmdline(&roots.proc).map(|c| sysfs::iommu_mode(&c)),
         dev_infiniband,
         gpu: GpuFacts {
             nvidia_driver: module("nvidia"),

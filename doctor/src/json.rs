@@ -116,6 +116,7 @@ pub fn to_json(r: &Report) -> Value {
             "node_status": node_status(r).map(Status::name),
             "node_summary": node_summary(r),
             "exit_code": exit_code(r),
+            "gdr_policy": r.gdr_policy.name(),
         },
     })
 }

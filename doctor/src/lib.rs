@@ -4,8 +4,9 @@
 //! The module is split in layers, so that everything but collection is tested without RDMA
 //! hardware:
 //!
-//! 1. **Collection** ([`collect`]): runs the plugin's own [`discover`] (same configuration, same
-//!    GID choice, same `usable` verdicts as `init`), reads sysfs for devices libibverbs does not
+//! 1. **Collection** ([`collect`]): runs the plugin's own
+//!    [`discover`](nccl_net_ferro::discovery::discover) (same configuration, same GID choice,
+//!    same `usable` verdicts as `init`), reads sysfs for devices libibverbs does not
 //!    list, and gathers host facts (locked-memory limit, `CAP_IPC_LOCK` and `/dev/shm`, read under
 //!    the roots by [`node::read_limits`]; IOMMU mode, `/dev/infiniband`, NCCL environment
 //!    variables).
@@ -18,7 +19,18 @@
 //!    (NVIDIA kernel modules and the GPUDirect RDMA path per device, GPUDirect Storage, GDRCopy,
 //!    IOMMU mode, PCIe distance in NCCL's terms, ACS, link width and speed, SR-IOV, and the pod's
 //!    view: `NCCL_SOCKET_IFNAME`, `/dev/infiniband/uverbs*`, `CAP_IPC_LOCK`/memlock, `/dev/shm`,
-//!    container), each a [`Check`] with its evidence and fix, read from a [`Roots`] (`--root`).
+//!    container), and NCCL ([`node::nccl`]: the installed `libnccl.so.2` and its version, the
+//!    plugin file `NCCL_NET_PLUGIN` resolves to, whether it loads and which table NCCL picks,
+//!    shadowing copies, `NCCL_NET`), each a [`Check`] with its evidence and fix, read from a
+//!    [`Roots`] (`--root`). Under `--root` every section reads the given tree: the host section's
+//!    `/dev/infiniband` and kernel command line too.
+//! 5. **Policy** ([`node::policy`], `--gdr-policy`): `required` (the default) keeps "no
+//!    GPUDirect RDMA path" a failure; `optional` reports it `ok`, "host staging by design", with
+//!    the reason.
+//!
+//! Output: text (the default), `--json` / `--output json` (below) and `--output nfd`, a
+//! node-feature-discovery feature file (`key=value` lines under `ferro.nccl-net/`; see
+//! [`render_nfd`]).
 //!
 //! # Exit status ([`exit_code`]), stable for readiness probes
 //!
@@ -27,8 +39,10 @@
 //!   `NCCL_IB_DISABLE=1`);
 //! - 2: usage error (the binary);
 //! - 3: the plugin would expose a port, but a node or pod check has status `fail` (GPUDirect RDMA
-//!   has no path, `NCCL_SOCKET_IFNAME` names nothing usable, no uverbs device in the container, no
-//!   NVIDIA module with GPUs present). Warnings never change the exit status.
+//!   has no path under `--gdr-policy required`, `NCCL_SOCKET_IFNAME` names nothing usable, no
+//!   uverbs device in the container, no NVIDIA module with GPUs present, the plugin NCCL would
+//!   load does not load or is another plugin, `NCCL_NET` names another network while the plugin
+//!   is installed). Warnings never change the exit status.
 //!
 //! # JSON report (`--json`)
 //!
@@ -63,7 +77,10 @@
 //!   description}, env: {nccl_net_plugin, nccl_net, nccl_ib_hca, nccl_socket_ifname,
 //!   ferro_ibverbs_lib}}`. `memlock` and `dev_shm` are read under `--root` like the node facts
 //!   (`<proc>/self/limits`, `<proc>/self/status`, the `/dev/shm` entry of `<proc>/self/mounts`);
-//!   their `warning` (and `memlock`'s `note`) is the summary of the `pod.memlock` / `pod.shm` check
+//!   `iommu` comes from `<proc>/cmdline` and `dev_infiniband` from `<dev>/infiniband`, under
+//!   `--root` too. `env`'s NCCL_NET_PLUGIN and NCCL_NET remarks are judged by the `nccl.plugin`
+//!   and `nccl.net` checks when `node` is collected.
+//!   Their `warning` (and `memlock`'s `note`) is the summary of the `pod.memlock` / `pod.shm` check
 //!   when that check's status is `warning` (`info`), else null: the same judgement, not a second
 //!   one.
 //! - `node`: `{roots: {sys, proc, dev}, kernel (release | null), nvidia: {loaded, version,
@@ -71,17 +88,23 @@
 //!   {version} | null, gdrdrv: {version} | null, mofed: {version} | null, iommu ("off" |
 //!   "passthrough" | "translated-strict" | "translated-lazy" | "translated" | "unknown"), gpus:
 //!   [pci], rdma_devices: [{name, pci: pci | null, netdevs, uverbs, uverbs_present}], container
-//!   ("kubernetes" | "container" | "host"), checks: [check], status (the worst check status),
+//!   ("kubernetes" | "container" | "host"), sriov_vfio_vfs: [{bdf, parent}], nccl: {library
+//!   (path | null), library_real_path, version ("2.21.5" | null), plugin (the file NCCL would
+//!   load | null), plugin_is_ferro (bool | null), plugin_tables ([int] | null), library_path:
+//!   [string]}, checks: [check], status (the worst check status),
 //!   counts: {ok, info, warning, fail}}` or null when not collected, where `pci` is `{bdf,
 //!   numa_node, driver, link: {width, max_width, speed_gts, max_speed_gts}, iommu_group_type,
 //!   sriov_physfn}` and `check` is `{id, subject, status ("ok" | "info" | "warning" | "fail"),
 //!   summary, evidence: [string], fix (string | null)}`. Check ids: `gdr.path`, `iommu`, `gds`,
-//!   `gdrcopy`, `pcie.distance`, `pcie.acs`, `pcie.link`, `sriov`, `pod.socket_ifname`,
-//!   `pod.uverbs`, `pod.memlock`, `pod.shm`, `pod.container`.
+//!   `gdrcopy`, `pcie.distance`, `pcie.acs`, `pcie.link`, `sriov`, `sriov.vfio`,
+//!   `pod.socket_ifname`, `pod.uverbs`, `pod.memlock`, `pod.shm`, `pod.container`,
+//!   `nccl.library`, `nccl.plugin`, `nccl.shadow`, `nccl.net`. The checks are those after
+//!   `--gdr-policy`.
 //! - `warnings`: `[string]`, every configuration, host and environment warning, and the summary
 //!   of every node check with status `warning` or `fail`, in one list.
 //! - `verdict`: `{ok, usable_ports, lines: [string], summary, node_status (the worst node check
-//!   status | null), node_summary (string | null), exit_code}`.
+//!   status | null), node_summary (string | null), exit_code, gdr_policy ("required" |
+//!   "optional")}`.
 
 mod args;
 mod collect;
@@ -89,6 +112,7 @@ mod findings;
 mod format;
 mod json;
 mod model;
+mod nfd;
 pub mod node;
 #[cfg(test)]
 mod tests;
@@ -101,6 +125,7 @@ pub use findings::*;
 pub use format::*;
 pub use json::*;
 pub use model::*;
+pub use nfd::*;
 pub use node::limits::{
     Limits, MEMLOCK_WARN_BELOW, Memlock, SHM_WARN_BELOW, Shm, ShmProblem, cap_ipc_lock_from_status,
 };

@@ -5,7 +5,7 @@
 //! Exit status: 0 when at least one device port is usable and no node or pod check failed, 1 when
 //! no port is usable, 2 on usage errors, 3 when a port is usable but a node or pod check failed.
 
-use ferro_doctor::{self as doctor, Command};
+use ferro_doctor::{self as doctor, Command, Output};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -18,7 +18,7 @@ fn print(text: &str) {
 
 fn usage_error(msg: &str) -> ExitCode {
     eprintln!(
-        "nccl-net-doctor: {msg}\nUsage: nccl-net-doctor [--json] [--sysfs-root PATH] [--root PATH]; --help for more"
+        "nccl-net-doctor: {msg}\nUsage: nccl-net-doctor [--json | --output text|json|nfd] [--gdr-policy required|optional] [--sysfs-root PATH] [--root PATH]; --help for more"
     );
     ExitCode::from(2)
 }
@@ -29,23 +29,45 @@ fn main() -> ExitCode {
             print(doctor::HELP);
             return ExitCode::SUCCESS;
         }
+        Ok(Command::Version) => {
+            print(&format!(
+                "nccl-net-doctor {} ({} NCCL network plugin)\n",
+                nccl_net_ferro::VERSION,
+                nccl_net_ferro::PLUGIN_NAME.to_string_lossy()
+            ));
+            return ExitCode::SUCCESS;
+        }
         Ok(Command::Run(opts)) => opts,
         Err(msg) => return usage_error(&msg),
     };
+    // Name the option the user gave: --root when it set the tree, else --sysfs-root.
+    if let Some(root) = opts.root.as_ref().filter(|r| !r.is_dir()) {
+        return usage_error(&format!("--root {}: not a directory", root.display()));
+    }
     if !opts.sysfs_root.is_dir() {
+        let from_root = opts
+            .root
+            .as_ref()
+            .is_some_and(|r| opts.sysfs_root == r.join("sys"));
+        let option = if from_root {
+            "--root (its sys directory)"
+        } else {
+            "--sysfs-root"
+        };
         return usage_error(&format!(
-            "--sysfs-root {}: not a directory",
+            "{option} {}: not a directory",
             opts.sysfs_root.display()
         ));
     }
-    let report = match &opts.root {
+    let mut report = match &opts.root {
         Some(root) => doctor::collect_at(&doctor::Roots::under(root)),
         None => doctor::collect(&opts.sysfs_root),
     };
-    print(&if opts.json {
-        doctor::render_json(&report)
-    } else {
-        doctor::render_text(&report)
+    report.gdr_policy = opts.gdr_policy;
+    print(&match opts.output {
+        Output::Text => doctor::render_text(&report),
+        Output::Json => doctor::render_json(&report),
+        Output::Nfd => doctor::render_nfd(&report),
     });
     ExitCode::from(doctor::exit_code(&report))
 }

@@ -30,6 +30,9 @@ pub struct Report {
     pub host: HostFacts,
     /// GPUDirect RDMA, node and pod facts (`None`: not collected).
     pub node: Option<NodeFacts>,
+    /// Whether this node needs a GPUDirect RDMA path (`--gdr-policy`; set by the caller, the
+    /// collection leaves the default `required`).
+    pub gdr_policy: GdrPolicy,
 }
 
 /// The libibverbs the plugin would load.

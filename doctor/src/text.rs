@@ -253,7 +253,7 @@ pub(crate) fn render_host(o: &mut String, r: &Report) {
         .map(|(k, v)| format!("{k}={}", or_unset(*v)))
         .collect();
     wrap(o, "  ", "    ", &env.join("  "));
-    for f in env_findings(&h.env, &r.plugin_name) {
+    for f in shown_env_findings(r) {
         render_finding(o, &f);
     }
 }

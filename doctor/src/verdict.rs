@@ -172,6 +172,11 @@ pub fn exit_code(r: &Report) -> u8 {
 /// The node and pod checks of the report, the host's locked memory and `/dev/shm` judged among
 /// them (empty when the node facts were not collected).
 pub fn report_checks(r: &Report) -> Vec<Check> {
+    node::policy::apply_gdr_policy(raw_report_checks(r), r.gdr_policy)
+}
+
+/// [`report_checks`] before the GPUDirect RDMA policy (`--gdr-policy`) is applied.
+pub fn raw_report_checks(r: &Report) -> Vec<Check> {
     r.node
         .as_ref()
         .map(|f| node_checks(f, &r.host.limits))
@@ -273,8 +278,19 @@ pub fn host_findings(r: &Report) -> Vec<Finding> {
         h.dev_infiniband.is_some(),
         !r.devices.is_empty(),
     ));
-    out.extend(env_findings(&h.env, &r.plugin_name));
+    out.extend(shown_env_findings(r));
     out
+}
+
+/// The remarks on `NCCL_NET_PLUGIN` and `NCCL_NET` the report shows among the host facts: none
+/// when the node facts were collected, whose `nccl.plugin` and `nccl.net` checks judge these
+/// variables knowing what is installed (one judgement, not two).
+pub fn shown_env_findings(r: &Report) -> Vec<Finding> {
+    if r.node.is_some() {
+        Vec::new()
+    } else {
+        env_findings(&r.host.env, &r.plugin_name)
+    }
 }
 
 pub(crate) fn gpu_description(r: &Report) -> String {

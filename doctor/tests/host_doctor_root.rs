@@ -105,3 +105,121 @@ fn locked_memory_and_dev_shm_are_read_under_root_and_each_judged_once() {
         assert_eq!(found, 1, "{needle:?} in {warnings:?}");
     }
 }
+
+fn tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    for (rel, text) in [
+        ("proc/cmdline", "BOOT_IMAGE=/vmlinuz intel_iommu=on\n"),
+        ("dev/infiniband/uverbs7", ""),
+        ("dev/infiniband/rdma_cm", ""),
+    ] {
+        let p = t.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    std::fs::create_dir_all(t.path().join("sys")).unwrap();
+    t
+}
+
+fn doctor(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nccl-net-doctor"))
+        .args(args)
+        .env_remove("NCCL_NET")
+        .env_remove("NCCL_NET_PLUGIN")
+        .output()
+        .expect("run the doctor");
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_host_section_reads_dev_infiniband_and_the_command_line_under_root() {
+    let t = tree();
+    let root = format!("--root={}", t.path().display());
+    let (_, json, _) = doctor(&["--json".as_ref(), root.as_ref()]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("JSON on stdout");
+    assert_eq!(v["host"]["dev_infiniband"]["present"], true);
+    assert_eq!(
+        v["host"]["dev_infiniband"]["entries"],
+        serde_json::json!(["rdma_cm", "uverbs7"])
+    );
+    assert_eq!(
+        v["host"]["iommu"]["mode"], "translated",
+        "{}",
+        v["host"]["iommu"]
+    );
+    // NCCL is looked for under the tree too: there is none in it.
+    let nccl = &v["node"]["nccl"];
+    for k in [
+        "library",
+        "library_real_path",
+        "version",
+        "plugin",
+        "plugin_is_ferro",
+        "plugin_tables",
+    ] {
+        assert!(
+            nccl.get(k).is_some_and(serde_json::Value::is_null),
+            "{k}: {nccl}"
+        );
+    }
+    assert_eq!(v["node"]["sriov_vfio_vfs"], serde_json::json!([]));
+    assert_eq!(v["verdict"]["gdr_policy"], "required");
+    let (_, text, _) = doctor(&["--output".as_ref(), "text".as_ref(), root.as_ref()]);
+    assert!(text.contains("/dev/infiniband: rdma_cm uverbs7"), "{text}");
+    assert!(!text.contains("/dev/infiniband: absent"), "{text}");
+}
+
+#[test]
+fn the_nfd_output_is_a_feature_file_and_its_verdict_matches_the_exit_status() {
+    let t = tree();
+    let (code, out, _) = doctor(&[
+        "--output=nfd".as_ref(),
+        "--gdr-policy".as_ref(),
+        "optional".as_ref(),
+        "--root".as_ref(),
+        t.path().as_os_str(),
+    ]);
+    let features: Vec<(&str, &str)> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_once('=').expect("name=value"))
+        .collect();
+    assert!(
+        features
+            .iter()
+            .all(|(k, _)| k.starts_with("ferro.nccl-net/")),
+        "{out}"
+    );
+    let get = |k: &str| features.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+    assert_eq!(
+        get("ferro.nccl-net/exit-code"),
+        Some(code.to_string().as_str())
+    );
+    assert_eq!(get("ferro.nccl-net/gdr-policy"), Some("optional"));
+    let verdict = get("ferro.nccl-net/verdict").unwrap();
+    assert_eq!(verdict == "fail", code != 0, "{out}");
+}
+
+#[test]
+fn version_and_usage_errors_name_the_option_the_user_typed() {
+    let (code, out, _) = doctor(&["--version".as_ref()]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("nccl-net-doctor "), "{out}");
+    let (code, _, err) = doctor(&["--root=/no/such/tree".as_ref()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--root /no/such/tree: not a directory"),
+        "{err}"
+    );
+    let t = tempfile::tempdir().unwrap();
+    let (code, _, err) = doctor(&["--root".as_ref(), t.path().as_os_str()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--root (its sys directory)"), "{err}");
+    let (code, _, err) = doctor(&["--output".as_ref(), "yaml".as_ref()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--output: unknown format \"yaml\""), "{err}");
+}

@@ -276,6 +276,18 @@ pub fn gdr_checks(f: &NodeFacts) -> Vec<Check> {
     out
 }
 
+/// The first nvidia-fs release whose GPUDirect Storage needs the open kernel modules.
+pub const GDS_NEEDS_OPEN_MODULES: (u32, u32, u32) = (2, 17, 5);
+
+/// `2.17.5` -> (2, 17, 5); missing parts are 0.
+fn dotted(v: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let patch = parts.next().flatten().unwrap_or(0);
+    Some((major, minor, patch))
+}
+
 /// GPUDirect Storage (nvidia-fs) and GDRCopy (gdrdrv).
 pub fn gds_checks(f: &NodeFacts) -> Vec<Check> {
     let mut out = Vec::new();
@@ -291,7 +303,30 @@ pub fn gds_checks(f: &NodeFacts) -> Vec<Check> {
         .evidence("/sys/module/nvidia_fs is absent"),
         Some(m) => {
             let v = m.version.as_deref().unwrap_or("?");
-            let c = if translated {
+            let needs_open = m
+                .version
+                .as_deref()
+                .and_then(dotted)
+                .is_some_and(|n| n >= GDS_NEEDS_OPEN_MODULES);
+            let c = if needs_open && f.nvidia.flavor == Flavor::Proprietary {
+                Check::new(
+                    "gds",
+                    "node",
+                    Status::Warning,
+                    format!(
+                        "nvidia-fs {v} loaded, but GPUDirect Storage from nvidia-fs 2.17.5 on needs the \
+                         NVIDIA open kernel modules and this node runs the proprietary ones: expect cuFile \
+                         to fall back to compatibility mode through host memory (IOMMU {})",
+                        f.iommu.state.name()
+                    ),
+                )
+                .fix("GPU Operator: set driver.useOpenKernelModules=true (or driver.kernelModuleType=open) in the ClusterPolicy")
+                .evidence(format!(
+                    "NVIDIA driver {} ({} kernel modules)",
+                    f.nvidia.version.as_deref().unwrap_or("?"),
+                    f.nvidia.flavor.name()
+                ))
+            } else if translated {
                 Check::new(
                     "gds",
                     "node",

@@ -11,15 +11,19 @@
 //! gdrdrv; which GPUDirect RDMA path NCCL would use), [`iommu`] (mode from the command line and
 //! sysfs), [`pci`] (facts) and [`topology`] (NCCL distance, ACS, links, SR-IOV), [`pod`] (the
 //! pod's view: interfaces, `/dev/infiniband`, container), [`limits`] (locked memory,
-//! `CAP_IPC_LOCK` and `/dev/shm`: their one reader and their one judgement).
+//! `CAP_IPC_LOCK` and `/dev/shm`: their one reader and their one judgement), [`nccl`] (the
+//! installed NCCL and the plugin file it would load, read as ELF under the root) and [`policy`]
+//! (`--gdr-policy`: whether no GPUDirect RDMA path fails or is host staging by design).
 
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod gpu;
 pub mod iommu;
 pub mod limits;
+pub mod nccl;
 pub mod pci;
 pub mod pod;
+pub mod policy;
 pub mod render;
 #[cfg(test)]
 mod tests;
@@ -42,6 +46,9 @@ pub struct Roots {
     pub sys: PathBuf,
     pub proc: PathBuf,
     pub dev: PathBuf,
+    /// The file system libraries are looked up in (`/` on a real host): `etc/ld.so.conf` and
+    /// the library directories are read under it.
+    pub fs: PathBuf,
 }
 
 impl Roots {
@@ -56,6 +63,7 @@ impl Roots {
             sys: root.join("sys"),
             proc: root.join("proc"),
             dev: root.join("dev"),
+            fs: root.to_path_buf(),
         }
     }
 }
@@ -97,7 +105,21 @@ pub struct NodeFacts {
     pub iommu: IommuFacts,
     pub gpus: Vec<PciFn>,
     pub nics: Vec<RdmaNic>,
+    /// SR-IOV virtual functions of the RDMA NICs bound to `vfio-pci` (no netdev, no RDMA device).
+    pub vfio_vfs: Vec<VfioVf>,
     pub pod: PodFacts,
+    /// NCCL and the plugin it would load.
+    pub nccl: nccl::NcclFacts,
+}
+
+/// A virtual function of an RDMA NIC bound to `vfio-pci` (handed to a VM or DPDK): it has no
+/// netdev and no RDMA device, so NCCL cannot use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VfioVf {
+    /// `0000:41:00.2`.
+    pub bdf: String,
+    /// Its physical function's RDMA device (`mlx5_0`).
+    pub parent: String,
 }
 
 /// How a check came out.
@@ -128,8 +150,8 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
     /// Stable identifier: `gdr.path`, `gds`, `gdrcopy`, `iommu`, `pcie.distance`, `pcie.acs`,
-    /// `pcie.link`, `sriov`, `pod.socket_ifname`, `pod.uverbs`, `pod.memlock`, `pod.shm`,
-    /// `pod.container`.
+    /// `pcie.link`, `sriov`, `sriov.vfio`, `pod.socket_ifname`, `pod.uverbs`, `pod.memlock`,
+    /// `pod.shm`, `pod.container`, `nccl.library`, `nccl.plugin`, `nccl.shadow`, `nccl.net`.
     pub id: &'static str,
     /// `node`, a device (`mlx5_0`), a GPU (`GPU 0000:41:00.0`), or a variable.
     pub subject: String,
@@ -232,6 +254,8 @@ pub fn collect_node(
         mofed: module("mlx_compat"),
         iommu: iommu::read_iommu(roots, &pci_fns),
         pod: pod::read_pod(roots, ifaddrs, env),
+        nccl: nccl::collect_nccl(roots, env, &nccl::elf::read_elf),
+        vfio_vfs: pci::vfio_vfs(sys, &nics),
         gpus,
         nics,
         roots: roots.clone(),
@@ -246,6 +270,7 @@ pub fn node_checks(f: &NodeFacts, limits: &Limits) -> Vec<Check> {
     out.extend(gpu::gds_checks(f));
     out.extend(topology::topology_checks(f));
     out.extend(pod::pod_checks(f, limits));
+    out.extend(nccl::nccl_checks(&f.nccl));
     out
 }
 

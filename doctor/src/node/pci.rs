@@ -62,15 +62,27 @@ pub struct PciFn {
     pub bridges: Vec<Bridge>,
 }
 
-/// NCCL's distance classes between a GPU and a NIC (best first).
+/// NCCL's path types (best first), in NCCL's order: the ones a GPU-to-NIC PCIe path can have
+/// (`LOC`, `PIX`, `PXB`, `PHB`, `SYS`) and those `NCCL_NET_GDR_LEVEL` may also name (`NVL`,
+/// `NVB`, `C2C`, `P2C`, `PXN`), so a level compares with a distance as NCCL compares them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Distance {
     /// Same device.
     Loc,
+    /// Over NVLink.
+    Nvl,
+    /// Over NVLink through another GPU.
+    Nvb,
+    /// Over the CPU-to-GPU chip link (Grace: NVLink-C2C).
+    C2c,
     /// Through one PCIe switch.
     Pix,
     /// Through several PCIe switches, not through the CPU.
     Pxb,
+    /// PCIe to the CPU, then the chip link (C2C) to the GPU.
+    P2c,
+    /// Through another GPU's PCIe path (PXN: NVLink to a GPU near the NIC).
+    Pxn,
     /// Through the CPU's root complex (same NUMA node).
     Phb,
     /// Across the interconnect between CPUs (NUMA nodes).
@@ -78,7 +90,21 @@ pub enum Distance {
 }
 
 impl Distance {
-    pub const ALL: [Distance; 5] = [
+    /// Every path type a level may name, in NCCL's order.
+    pub const ALL: [Distance; 10] = [
+        Distance::Loc,
+        Distance::Nvl,
+        Distance::Nvb,
+        Distance::C2c,
+        Distance::Pix,
+        Distance::Pxb,
+        Distance::P2c,
+        Distance::Pxn,
+        Distance::Phb,
+        Distance::Sys,
+    ];
+    /// The levels of the old numeric form, by number (4 and above: `SYS`).
+    const NUMBERED: [Distance; 5] = [
         Distance::Loc,
         Distance::Pix,
         Distance::Pxb,
@@ -89,26 +115,56 @@ impl Distance {
     pub fn name(self) -> &'static str {
         match self {
             Distance::Loc => "LOC",
+            Distance::Nvl => "NVL",
+            Distance::Nvb => "NVB",
+            Distance::C2c => "C2C",
             Distance::Pix => "PIX",
             Distance::Pxb => "PXB",
+            Distance::P2c => "P2C",
+            Distance::Pxn => "PXN",
             Distance::Phb => "PHB",
             Distance::Sys => "SYS",
         }
     }
 
-    /// `NCCL_NET_GDR_LEVEL` as NCCL reads it: a name, or a legacy integer (0 LOC, 1 PIX, 2 PXB,
-    /// 3 PHB, 4 and above SYS).
+    /// `NCCL_NET_GDR_LEVEL` as NCCL reads it: a path type's exact name (upper case, no
+    /// surrounding space: `sys` is not `SYS`), else, when the value starts with a digit, the
+    /// number its leading digits make in C's notation (`0x` hexadecimal, a leading `0` octal)
+    /// as an old level: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS. Anything else is not a level
+    /// (NCCL ignores it and keeps its default).
     pub fn parse_level(text: &str) -> Option<Distance> {
-        let t = text.trim();
-        if let Some(d) = Distance::ALL
-            .into_iter()
-            .find(|d| d.name().eq_ignore_ascii_case(t))
-        {
+        if let Some(d) = Distance::ALL.into_iter().find(|d| d.name() == text) {
             return Some(d);
         }
-        let n: u32 = t.parse().ok()?;
-        Some(Distance::ALL[(n as usize).min(4)])
+        if !text.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
+        let n = c_leading_number(text);
+        Some(Distance::NUMBERED[usize::try_from(n).unwrap_or(usize::MAX).min(4)])
     }
+}
+
+/// The value of the leading digits of `text` as C's `strtol(text, NULL, 0)` reads them (base
+/// from the prefix; saturating instead of overflowing).
+fn c_leading_number(text: &str) -> u64 {
+    let (digits, radix) = if let Some(hex) = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .filter(|h| h.starts_with(|c: char| c.is_ascii_hexdigit()))
+    {
+        (hex, 16)
+    } else if text.len() > 1 && text.starts_with('0') {
+        (&text[1..], 8)
+    } else {
+        (text, 10)
+    };
+    digits
+        .chars()
+        .map_while(|c| c.to_digit(radix))
+        .fold(0u64, |n, d| {
+            n.saturating_mul(u64::from(radix))
+                .saturating_add(u64::from(d))
+        })
 }
 
 impl fmt::Display for Distance {
@@ -306,4 +362,35 @@ pub(crate) fn dir_names(p: &Path) -> Vec<String> {
 /// `<sys>/class/infiniband/<dev>/device`, the link to the device's PCI function.
 pub(crate) fn rdma_device_link(sys: &Path, dev: &str) -> PathBuf {
     sys.join("class/infiniband").join(dev).join("device")
+}
+
+/// The SR-IOV virtual functions of the RDMA NICs' physical functions (their `virtfnN` links)
+/// that are bound to `vfio-pci`.
+pub(crate) fn vfio_vfs(sys: &Path, nics: &[super::RdmaNic]) -> Vec<super::VfioVf> {
+    let mut out = Vec::new();
+    for n in nics {
+        let Some(pf) = &n.pci else { continue };
+        let dir = sys.join("bus/pci/devices").join(pf.bdf.to_string());
+        for entry in dir_names(&dir)
+            .into_iter()
+            .filter(|e| e.starts_with("virtfn"))
+        {
+            let vf = dir.join(&entry);
+            let driver = std::fs::canonicalize(vf.join("driver"))
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            let bdf = std::fs::canonicalize(&vf)
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            if let (Some("vfio-pci"), Some(bdf)) = (driver.as_deref(), bdf) {
+                out.push(super::VfioVf {
+                    bdf,
+                    parent: n.name.clone(),
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+    out.dedup();
+    out
 }

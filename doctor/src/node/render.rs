@@ -80,11 +80,28 @@ pub fn node_json(f: &NodeFacts, checks: &[Check]) -> Value {
             Some(pod::Container::Container(_)) => "container",
             Some(pod::Container::Host) | None => "host",
         },
+        "sriov_vfio_vfs": f.vfio_vfs.iter().map(|v| json!({"bdf": v.bdf, "parent": v.parent})).collect::<Vec<_>>(),
+        "nccl": nccl_json(&f.nccl),
         "checks": checks.iter().map(check_json).collect::<Vec<_>>(),
         "status": worst(checks).name(),
         "counts": {
             "ok": count(Status::Ok), "info": count(Status::Info),
             "warning": count(Status::Warning), "fail": count(Status::Fail),
         },
+    })
+}
+
+/// The `nccl` object of the `node` object.
+fn nccl_json(n: &nccl::NcclFacts) -> Value {
+    let lib = n.library.as_ref();
+    let chosen = n.candidates.iter().find(|c| c.loads());
+    json!({
+        "library": lib.map(|l| l.copies[0].path.display().to_string()),
+        "library_real_path": lib.map(|l| l.copies[0].real.display().to_string()),
+        "version": lib.and_then(|l| l.version).map(|v| v.to_string()),
+        "plugin": chosen.map(|c| c.copies[0].path.display().to_string()),
+        "plugin_is_ferro": chosen.map(|c| c.ours),
+        "plugin_tables": chosen.map(nccl::Candidate::tables),
+        "library_path": n.search.dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
     })
 }

@@ -35,9 +35,9 @@ pub fn topology_checks(f: &NodeFacts) -> Vec<Check> {
                             "pcie.distance",
                             "NCCL_NET_GDR_LEVEL",
                             Status::Warning,
-                            format!("NCCL_NET_GDR_LEVEL={v:?} is not a level NCCL knows; NCCL ignores it and uses PXB"),
+                            format!("NCCL_NET_GDR_LEVEL={v:?} is not a level NCCL knows (it compares names exactly, in upper case); NCCL ignores it and uses PXB"),
                         )
-                        .fix("use LOC, PIX, PXB, PHB or SYS"),
+                        .fix("use one of NCCL's names, in upper case: LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS (or the old numbers 0 to 4)"),
                     );
                     (
                         DEFAULT_GDR_LEVEL,
@@ -275,6 +275,25 @@ fn sriov_checks(f: &NodeFacts) -> Vec<Check> {
             n.name
         )));
     }
+    for v in &f.vfio_vfs {
+        out.push(
+            Check::new(
+                "sriov.vfio",
+                &v.parent,
+                Status::Warning,
+                format!(
+                    "SR-IOV virtual function {} of {} is bound to vfio-pci (for a VM or DPDK): it has no \
+                     netdev and no RDMA device, so a pod given it cannot run NCCL over RDMA",
+                    v.bdf, v.parent
+                ),
+            )
+            .evidence(format!("/sys/bus/pci/devices/{}/driver -> vfio-pci", v.bdf))
+            .fix(
+                "for RDMA pods, create the VFs with deviceType: netdevice and isRdma: true in the \
+                 SriovNetworkNodePolicy (so mlx5_core binds them); keep vfio-pci only for VMs and DPDK",
+            ),
+        );
+    }
     if out.is_empty() && f.nics.iter().any(|n| n.pci.is_some()) {
         out.push(Check::new(
             "sriov",
@@ -289,6 +308,11 @@ fn sriov_checks(f: &NodeFacts) -> Vec<Check> {
 fn meaning(d: Distance) -> &'static str {
     match d {
         Distance::Loc => "same device",
+        Distance::Nvl => "over NVLink",
+        Distance::Nvb => "over NVLink through another GPU",
+        Distance::C2c => "over the CPU-GPU chip link",
+        Distance::P2c => "PCIe to the CPU, then the chip link",
+        Distance::Pxn => "through another GPU's PCIe path",
         Distance::Pix => "same PCIe switch",
         Distance::Pxb => "through several PCIe switches",
         Distance::Phb => "through the CPU's root complex",

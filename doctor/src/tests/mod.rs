@@ -103,6 +103,7 @@ pub(crate) fn report(devices: Vec<Device>) -> Report {
         enumeration_errors: Vec::new(),
         host: host(),
         node: None,
+        gdr_policy: GdrPolicy::Required,
     }
 }
 
@@ -551,51 +552,6 @@ fn byte_formatting() {
 }
 
 #[test]
-fn argument_parsing() {
-    let p = |v: &[&str]| parse_args(v.iter().map(OsString::from));
-    assert_eq!(
-        p(&[]),
-        Ok(Command::Run(Options {
-            json: false,
-            sysfs_root: "/sys".into(),
-            root: None,
-        }))
-    );
-    assert_eq!(
-        p(&["--json", "--sysfs-root", "/tmp/fake"]),
-        Ok(Command::Run(Options {
-            json: true,
-            sysfs_root: "/tmp/fake".into(),
-            root: None,
-        }))
-    );
-    assert_eq!(
-        p(&["--sysfs-root=/x"]),
-        Ok(Command::Run(Options {
-            json: false,
-            sysfs_root: "/x".into(),
-            root: None,
-        }))
-    );
-    assert_eq!(p(&["--json", "-h"]), Ok(Command::Help));
-    assert_eq!(
-        p(&["--root", "/host"]),
-        Ok(Command::Run(Options {
-            json: false,
-            sysfs_root: "/host/sys".into(),
-            root: Some("/host".into()),
-        }))
-    );
-    assert!(p(&["--root"]).is_err());
-    assert!(p(&["--sysfs-root"]).is_err());
-    assert!(p(&["--sysfs-root="]).is_err());
-    assert_eq!(
-        p(&["--bogus"]),
-        Err("unknown argument \"--bogus\"".to_string())
-    );
-}
-
-#[test]
 fn port_state_explanations() {
     let ib = LinkLayer::InfiniBand;
     let not_active = |state| explain(&PortDecision::NotActive { state }, &ib, None).unwrap_err();
@@ -712,3 +668,5 @@ fn a_failed_node_check_makes_the_exit_status_3_and_shows_in_every_renderer() {
         v["warnings"]
     );
 }
+
+mod options;
