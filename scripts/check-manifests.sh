@@ -295,7 +295,7 @@ cat > "$scratch/bin/run_installer" <<EOF
 dir="\$1"; shift
 exec env PATH="$scratch/bin:\$PATH" FERRO_FEATURES_DIR="\$dir" FERRO_HOST_ROOT=/fake-root \\
   FERRO_GDR_POLICY="\${FERRO_GDR_POLICY:-optional}" FERRO_DOCTOR_TIMEOUT_S=2 \\
-  FERRO_SERVICE_ACCOUNT_DIR="$scratch/sa" KUBERNETES_SERVICE_HOST=127.0.0.1 NODE_NAME=gpu-7 \\
+  FERRO_SERVICE_ACCOUNT_DIR="$scratch/sa" KUBERNETES_SERVICE_HOST=127.0.0.1 NODE_NAME="\${NODE_NAME:-gpu-7}" \\
   POD_NAME=ferro-installer-x POD_NAMESPACE=ferro-system POD_UID=1234 \\
   FERRO_LIB_SRC="$scratch/img/libnccl-net-ferro.so" FERRO_DOCTOR_SRC="$scratch/img/nccl-net-doctor" \\
   sh "$PWD/$installer" "\$@"
@@ -327,18 +327,26 @@ expiry="$(sed -n 's/^# +expiry-time=//p' "$file")"
 (( $(date -u -d "$expiry" +%s) > $(date -u +%s) + 300 )) || fail "the feature file expires too soon ($expiry)"
 [[ "$(grep -n . "$file" | grep -m1 -v ':#' | cut -d: -f1)" -gt "$(grep -n '+expiry-time' "$file" | cut -d: -f1)" ]] \
   || fail "the expiry directive must come before the features"
-jq -e '.apiVersion == "events.k8s.io/v1" and .type == "Normal" and .reason == "NodeVerdict"
-  and .regarding.kind == "Pod" and .regarding.name == "ferro-installer-x" and .regarding.uid == "1234"
-  and .related.kind == "Node" and .related.name == "gpu-7" and (.eventTime | test("^[0-9T:.-]+Z$"))
-  and .reportingController == "ferro.nccl-net/installer" and (.note | contains("gpu-7"))' "$FAKE_EVENT" > /dev/null \
+event_ok() { # python condition on the Event `e`
+  "$VENV/bin/python" -c 'import json, re, sys; e = json.load(open(sys.argv[1])); sys.exit(0 if eval("(" + sys.argv[2] + ")") else 1)' "$FAKE_EVENT" "$1"
+}
+event_ok 'e["apiVersion"] == "events.k8s.io/v1" and e["type"] == "Normal" and e["reason"] == "NodeVerdict"
+  and e["regarding"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "ferro-system", "name": "ferro-installer-x", "uid": "1234"}
+  and e["related"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-7"} and e["action"]
+  and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", e["eventTime"])
+  and e["reportingController"] == "ferro.nccl-net/installer" and e["reportingInstance"] == "ferro-installer-gpu-7"
+  and "gpu-7" in e["note"] and "ferro.nccl-net/verdict=ok" in e["note"] and len(e["note"]) <= 1024' \
   || fail "the Event is not well formed: $(cat "$FAKE_EVENT")"
+rm -f "$FAKE_EVENT"
+NODE_NAME="$(printf 'odd"\\\tname')" run_installer "$scratch/f" publish 2> "$scratch/log" || fail "publish: $(cat "$scratch/log")"
+event_ok 'e["related"]["name"] == "odd\"\\ name"' || fail "the Event does not quote its strings: $(cat "$FAKE_EVENT")"
 ok "publish writes the verdict as an NFD feature file with an expiry time, and posts an Event"
 
 rm -f "$FAKE_EVENT"
 FAKE_RC=2 run_installer "$scratch/f" publish 2> "$scratch/log" || fail "publish after a doctor error: $(cat "$scratch/log")"
 grep -qx 'ferro.nccl-net/verdict=fail' "$file" && grep -qx 'ferro.nccl-net/doctor-error=exit-2' "$file" \
   || fail "a doctor usage error must publish a failed verdict: $(cat "$file")"
-jq -e '.type == "Warning"' "$FAKE_EVENT" > /dev/null || fail "a failed verdict's Event must be a Warning"
+event_ok 'e["type"] == "Warning"' || fail "a failed verdict's Event must be a Warning"
 FAKE_SLEEP=5 run_installer "$scratch/f" publish 2> "$scratch/log" || fail "publish after a hung doctor: $(cat "$scratch/log")"
 grep -qx 'ferro.nccl-net/doctor-error=timeout' "$file" || fail "a hung doctor must publish a failed verdict: $(cat "$file")"
 : > "$FAKE_OUT"

@@ -117,8 +117,8 @@ withdraw() {
   log "removed $FEATURE_FILE"
 }
 
-json_string() { # text -> a JSON string
-  printf '%s' "$1" | jq -Rs .
+json_string() { # text -> a JSON string (control characters become spaces)
+  printf '"%s"' "$(printf '%s' "$1" | tr '\000-\037' ' ' | sed 's/\\/\\\\/g; s/"/\\"/g')"
 }
 
 post_event() { # type reason note
@@ -153,7 +153,7 @@ publish() {
   [ "$features" = "$LAST_FEATURES" ] && return 0
   LAST_FEATURES="$features"
   verdict="$(printf '%s\n' "$features" | sed -n "s|^$DOMAIN/verdict=||p" | head -n 1)"
-  summary="$(printf '%s\n' "$features" | tr '\n' ' ')"
+  summary="$(printf '%s\n' "$features" | paste -s -d ' ' -)"
   log "node ${NODE_NAME:-?}: verdict $verdict (GPUDirect RDMA policy $GDR_POLICY): $summary"
   # The full report, in this container's log, each time the verdict changes.
   timeout "$DOCTOR_TIMEOUT_S" "$DOCTOR" --root "$HOST_ROOT" --gdr-policy "$GDR_POLICY" >&2 || true
