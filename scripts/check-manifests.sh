@@ -371,19 +371,42 @@ ok "hold publishes at once, and removes the feature file when the pod stops"
 builder=deploy/installer/build-image.sh
 bash -n "$builder" || fail "build-image.sh does not parse"
 host_arch="$(dpkg --print-architecture)"
-other_arch=arm64; [[ "$host_arch" == arm64 ]] && other_arch=amd64
-mkdir -p "$scratch/portable/lib" "$scratch/portable/bin"
-cp /bin/true "$scratch/portable/lib/libnccl-net-ferro.so"; cp /bin/true "$scratch/portable/bin/nccl-net-doctor"
-context="$("$builder" --stage-only "--$host_arch" "$scratch/portable" 2> "$scratch/log")" || fail "staging: $(cat "$scratch/log")"
-sed -n 's/^COPY //p' deploy/installer/Containerfile | while read -r src _; do
-  src="${src//\$\{TARGETARCH\}/$host_arch}"
-  [[ -f "$context/$src" ]] || fail "the Containerfile copies $src, which build-image.sh does not stage"
+# Stand-ins for each architecture's binaries: an ELF header with that machine (x86-64 0x3e,
+# AArch64 0xb7) and no dynamic symbols, so no glibc need of the machine running the check.
+fake_elf() { # machine-byte-escape file
+  { printf '\177ELF\002\001\001'; head -c 9 /dev/zero; printf '\003\000'"$1"'\000'; head -c 44 /dev/zero; } > "$2"
+}
+for arch in amd64 arm64; do
+  mkdir -p "$scratch/portable-$arch/lib" "$scratch/portable-$arch/bin"
+  m='\076'; [[ $arch == arm64 ]] && m='\267'
+  fake_elf "$m" "$scratch/portable-$arch/lib/libnccl-net-ferro.so"
+  fake_elf "$m" "$scratch/portable-$arch/bin/nccl-net-doctor"
 done
-if "$builder" --stage-only "--$other_arch" "$scratch/portable" 2> "$scratch/log"; then
-  fail "a $host_arch binary was staged as $other_arch"
+tar -czf "$scratch/portable-arm64.tar.gz" -C "$scratch/portable-arm64" lib bin
+context="$("$builder" --stage-only --amd64 "$scratch/portable-amd64" --arm64 "$scratch/portable-arm64.tar.gz" 2> "$scratch/log")" \
+  || fail "staging: $(cat "$scratch/log")"
+for arch in amd64 arm64; do
+  sed -n 's/^COPY //p' deploy/installer/Containerfile | while read -r src _; do
+    src="${src//\$\{TARGETARCH\}/$arch}"
+    [[ -f "$context/$src" ]] || fail "the Containerfile copies $src, which build-image.sh does not stage"
+  done
+  cmp "$context/$arch/nccl-net-doctor" "$scratch/portable-$arch/bin/nccl-net-doctor" || fail "$arch doctor staged wrong"
+done
+[[ -z "$(find "$context" -name '.unpack-*')" ]] || fail "staging left its unpacked inputs in the build context"
+if "$builder" --stage-only --arm64 "$scratch/portable-amd64" 2> "$scratch/log"; then
+  fail "an amd64 binary was staged as arm64"
 fi
-grep -q "not built for $other_arch" "$scratch/log" || fail "wrong-architecture message: $(cat "$scratch/log")"
-ok "build-image.sh stages each architecture's binaries as the Containerfile copies them, and refuses a wrong architecture"
+grep -q "not built for arm64" "$scratch/log" || fail "wrong-architecture message: $(cat "$scratch/log")"
+# A package in the layout of scripts/build-deb.sh's.
+pkg="$scratch/pkg-tree"
+mkdir -p "$pkg/DEBIAN" "$pkg/usr/lib/aarch64-linux-gnu" "$pkg/usr/bin"
+cp "$scratch/portable-arm64/lib/libnccl-net-ferro.so" "$pkg/usr/lib/aarch64-linux-gnu/"
+cp "$scratch/portable-arm64/bin/nccl-net-doctor" "$pkg/usr/bin/"
+printf 'Package: nccl-net-ferro\nVersion: 0.0.0\nArchitecture: arm64\nMaintainer: check <check@invalid>\nDescription: check\n' > "$pkg/DEBIAN/control"
+dpkg-deb --root-owner-group -b "$pkg" "$scratch/fake_arm64.deb" > /dev/null
+"$builder" --stage-only --arm64 "$scratch/fake_arm64.deb" > /dev/null 2> "$scratch/log" || fail "staging a package: $(cat "$scratch/log")"
+cmp "$context/arm64/libnccl-net-ferro.so" "$scratch/portable-arm64/lib/libnccl-net-ferro.so" || fail "the package's plugin staged wrong"
+ok "build-image.sh stages each architecture's binaries (directory, tarball, package) as the Containerfile copies them, and refuses a wrong architecture"
 
 debs=(target/deb/nccl-net-ferro_*_"$host_arch".deb)
 if [[ ${#debs[@]} -gt 0 ]]; then

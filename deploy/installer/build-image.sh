@@ -47,7 +47,8 @@ check_elf() { # file arch
   [[ "$machine" == "${MACHINE[$2]}" ]] || die "$1 is not built for $2 (ELF machine bytes $machine)"
   if command -v readelf > /dev/null; then
     local need
-    need="$(readelf -W --dyn-syms "$1" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
+    need="$({ readelf -W --dyn-syms "$1" 2> /dev/null || true; } | { grep -o 'GLIBC_[0-9][0-9.]*' || true; } \
+      | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
     if [[ -n "$need" && "$(printf '%s\n%s\n' "$need" "$BASE_GLIBC" | sort -V | tail -n 1)" != "$BASE_GLIBC" ]]; then
       die "$1 needs glibc $need, newer than the base image's $BASE_GLIBC"
     fi
