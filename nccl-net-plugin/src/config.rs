@@ -69,10 +69,15 @@ settings! {
     timeout: u8 = "NCCL_IB_TIMEOUT", 20, int(1, 31);
     /// `NCCL_IB_RETRY_CNT` (0..=7).
     retry_cnt: u8 = "NCCL_IB_RETRY_CNT", 7, int(0, 7);
-    /// `NCCL_IB_TC` (traffic class, 0..=255).
-    traffic_class: u8 = "NCCL_IB_TC", 0, int(0, 255);
-    /// `NCCL_IB_SL` (service level, 0..=15).
-    service_level: u8 = "NCCL_IB_SL", 0, int(0, 15);
+    /// `NCCL_IB_TC`: the traffic class (0..=255) of the connections this side connects;
+    /// -1 (unset): the communicator's (ABI v10+), else 0. The accepting side takes the
+    /// connecting side's ([`ferro_proto::path`]).
+    traffic_class: Option<u8> = "NCCL_IB_TC", None, unset_or(0, 255);
+    /// `NCCL_IB_SL`: the service level (0..=15), chosen the same way as the traffic class.
+    service_level: Option<u8> = "NCCL_IB_SL", None, unset_or(0, 15);
+    /// `NCCL_IB_FIFO_TC`: on RoCE, the traffic class (0..=255) of the accepting side's QPs,
+    /// which carry its clear-to-send writes; -1 (unset): the connecting side's.
+    fifo_tc: Option<u8> = "NCCL_IB_FIFO_TC", None, unset_or(0, 255);
     /// `NCCL_IB_PKEY` (P_Key *index*).
     pkey_index: u16 = "NCCL_IB_PKEY", 0, int(0, 65535);
     /// `NCCL_IB_GID_INDEX` (-1 = automatic).
@@ -213,6 +218,13 @@ impl Show for AddrFamily {
     }
 }
 
+/// A setting whose unset value is NCCL's -1.
+impl Show for Option<u8> {
+    fn show(&self) -> String {
+        self.map_or("-1".to_string(), |v| v.to_string())
+    }
+}
+
 impl Show for Option<(IpAddr, u8)> {
     fn show(&self) -> String {
         self.map_or("unset".to_string(), |(ip, p)| format!("{ip}/{p}"))
@@ -288,6 +300,18 @@ fn int<T: TryFrom<i64>>(min: i64, max: i64) -> impl Fn(&str) -> Result<T, String
             T::try_from(v).map_err(|_| format!("{v} does not fit the setting's type"))
         }
         Ok(v) => Err(format!("{v} is outside {min}..={max}")),
+        Err(_) => Err(format!("{text:?} is not an integer")),
+    }
+}
+
+/// -1 (NCCL's "not set": `None`) or an integer in `min..=max`.
+fn unset_or(min: i64, max: i64) -> impl Fn(&str) -> Result<Option<u8>, String> {
+    move |text| match text.parse::<i64>() {
+        Ok(-1) => Ok(None),
+        Ok(v) if (min..=max).contains(&v) => u8::try_from(v)
+            .map(Some)
+            .map_err(|_| format!("{v} does not fit the setting's type")),
+        Ok(v) => Err(format!("{v} is neither -1 (not set) nor in {min}..={max}")),
         Err(_) => Err(format!("{text:?} is not an integer")),
     }
 }
@@ -699,6 +723,71 @@ mod tests {
         assert!(
             s.contains(" NCCL_IB_HCA=unset FERRO_GID_INDEX=unset"),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn traffic_classes_and_the_service_level_are_unset_by_default_and_at_minus_one() {
+        let (c, w) = parse(&[]);
+        assert_eq!(
+            (c.traffic_class, c.service_level, c.fifo_tc),
+            (None, None, None)
+        );
+        assert!(w.is_empty());
+        assert!(
+            c.summary()
+                .contains(" NCCL_IB_TC=-1 NCCL_IB_SL=-1 NCCL_IB_FIFO_TC=-1 "),
+            "{}",
+            c.summary()
+        );
+        let (c, w) = parse(&[
+            ("NCCL_IB_TC", "-1"),
+            ("NCCL_IB_SL", "-1"),
+            ("NCCL_IB_FIFO_TC", "-1"),
+        ]);
+        assert_eq!(
+            (c.traffic_class, c.service_level, c.fifo_tc),
+            (None, None, None)
+        );
+        assert!(w.is_empty(), "{w:?}");
+        let (c, w) = parse(&[
+            ("NCCL_IB_TC", "0"),
+            ("NCCL_IB_SL", "15"),
+            ("NCCL_IB_FIFO_TC", "255"),
+        ]);
+        assert_eq!(
+            (c.traffic_class, c.service_level, c.fifo_tc),
+            (Some(0), Some(15), Some(255)),
+            "0 is a value, not unset"
+        );
+        assert!(w.is_empty(), "{w:?}");
+        assert!(
+            c.summary()
+                .contains(" NCCL_IB_TC=0 NCCL_IB_SL=15 NCCL_IB_FIFO_TC=255 ")
+        );
+    }
+
+    #[test]
+    fn a_traffic_class_or_service_level_out_of_range_warns_and_stays_unset() {
+        let (c, w) = parse(&[
+            ("NCCL_IB_TC", "256"),
+            ("NCCL_IB_SL", "16"),
+            ("NCCL_IB_FIFO_TC", "-2"),
+        ]);
+        assert_eq!(
+            (c.traffic_class, c.service_level, c.fifo_tc),
+            (None, None, None)
+        );
+        assert_eq!(
+            w,
+            vec![
+                "NCCL_IB_TC=256 is neither -1 (not set) nor in 0..=255; using the default -1"
+                    .to_string(),
+                "NCCL_IB_SL=16 is neither -1 (not set) nor in 0..=15; using the default -1"
+                    .to_string(),
+                "NCCL_IB_FIFO_TC=-2 is neither -1 (not set) nor in 0..=255; using the default -1"
+                    .to_string(),
+            ]
         );
     }
 

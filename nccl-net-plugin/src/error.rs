@@ -80,6 +80,7 @@ impl From<ferro_proto::handshake::HandshakeError> for Error {
             | H::TooManyQps { .. }
             | H::PeerRejected { .. } => Error::Usage(text),
             H::WrongSecret { .. }
+            | H::PathNotEchoed { .. }
             | H::Unexpected { .. }
             | H::Wire { .. }
             | H::PeerClosed { .. }
@@ -96,6 +97,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 mod tests {
     use super::*;
     use ferro_proto::handshake::{HandshakeError as H, Settings, Stage};
+    use ferro_proto::path::QpPath;
     use std::time::Duration;
 
     #[test]
@@ -131,6 +133,11 @@ mod tests {
         let remote = [
             H::WrongSecret { peer: peer() },
             H::PeerClosed { peer: peer() },
+            H::PathNotEchoed {
+                peer: peer(),
+                sent: QpPath { tc: 32, sl: 3 },
+                echoed: QpPath { tc: 0, sl: 0 },
+            },
             H::TimedOut {
                 peer: peer(),
                 stage: Stage::AwaitAccept,

@@ -35,6 +35,7 @@ fn a_client_with_the_wrong_listen_secret_is_refused_while_the_real_peer_connects
     let forged = Msg::Connect(QpMeta {
         qps_per_conn: 1,
         split: false,
+        path: Default::default(),
         devs: vec![DevMeta {
             link_layer: 2,
             port: 1,

@@ -9,6 +9,8 @@
 //!   of both sides, the secret, settings, QP-count, QP-limit and link-layer checks, `Reject`,
 //!   and the handshake time-out. The plugin's transport only moves its bytes and creates the
 //!   verbs resources it asks for.
+//! - [`path`]: the traffic class and service level of a connection's QPs: the sending side's
+//!   choice, which the receiving side adopts (with `NCCL_IB_FIFO_TC` on its own RoCE QPs).
 //! - [`fifo`]: the receiver-driven clear-to-send FIFO: entry encoding (with a sequence number and
 //!   a check word, so a torn or stale entry is never taken for a posted receive), slot arithmetic.
 //! - [`plan`]: how a matched group of sends becomes RDMA writes over one or several QPs, and
@@ -32,13 +34,15 @@ pub mod fifo;
 pub mod handle;
 pub mod handshake;
 pub mod health;
+pub mod path;
 pub mod plan;
 pub mod recovery;
 pub mod wire;
 
 /// Wire protocol version carried in the listen handle and every handshake message. Peers with a
-/// different version refuse to connect, with an error naming both versions.
-pub const WIRE_VERSION: u16 = 3;
+/// different version refuse to connect, with an error naming both versions. Version 4: `Connect`
+/// and `Accept` carry the connection's traffic class and service level ([`path::QpPath`]).
+pub const WIRE_VERSION: u16 = 4;
 /// `"FERRONET"` as a little-endian u64: first bytes of the handle and of every message.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FERRONET");
 /// Slots in the CTS FIFO: receives one comm can have posted at once (NCCL's request limit).

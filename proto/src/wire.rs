@@ -12,9 +12,16 @@
 //! receiver's report of what arrived), [`Kind::Rebuilt`] (a side's new QP numbers: the
 //! receiver's first, then the sender's once its QPs are connected) and [`Kind::Resume`] (the
 //! receiver reposted its receives and its clear-to-send entries: the sender replays). The
-//! handshake's messages are unchanged, byte for byte.
+//! handshake's messages are unchanged by them, byte for byte.
+//!
+//! `Connect` and `Accept` carry the connection's traffic class and service level
+//! ([`QpPath`]): the sender's choice, echoed by the receiver. They were added in wire version 4
+//! rather than as an optional trailer: a peer of version 3 would either refuse the extra bytes
+//! with a puzzling "trailing bytes" or, the other way round, leave the receiver to guess the
+//! class, so mixed versions are refused up front with the version error instead.
 
 use crate::handle::SECRET_SIZE;
+use crate::path::{MAX_SL, QpPath};
 use crate::recovery::{GroupArrivals, ReceiverState};
 use crate::{MAGIC, MAX_DEVS, MAX_QPS, SLOTS, WIRE_VERSION};
 use std::fmt;
@@ -74,6 +81,9 @@ pub struct QpMeta {
     /// `NCCL_IB_QPS_PER_CONNECTION` and split mode: must agree on both sides.
     pub qps_per_conn: u16,
     pub split: bool,
+    /// The traffic class and service level of the connection's QPs. Connect: the sender's
+    /// choice. Accept: the same, echoed (the receiver's QPs were built with them).
+    pub path: QpPath,
     /// The side's member devices, in member order (1 to [`MAX_DEVS`]).
     pub devs: Vec<DevMeta>,
     /// Connect: the sender's CTS FIFO. Accept: the receiver's sizes FIFO. Registered on every
@@ -177,6 +187,8 @@ fn meta_body(m: &QpMeta) -> Vec<u8> {
     b.extend_from_slice(&m.qps_per_conn.to_le_bytes());
     b.push(u8::from(m.split));
     b.push(m.devs.len() as u8);
+    b.push(m.path.tc);
+    b.push(m.path.sl);
     b.extend_from_slice(&m.mr_addr.to_le_bytes());
     for d in &m.devs {
         b.push(d.link_layer);
@@ -335,6 +347,13 @@ fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
     if ndevs == 0 || ndevs > MAX_DEVS {
         return Err(WireError::Malformed("device count out of range"));
     }
+    let path = QpPath {
+        tc: c.u8()?,
+        sl: c.u8()?,
+    };
+    if path.sl > MAX_SL {
+        return Err(WireError::Malformed("service level above 15"));
+    }
     let mr_addr = c.u64()?;
     let mut devs = Vec::with_capacity(ndevs);
     for _ in 0..ndevs {
@@ -374,6 +393,7 @@ fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
     Ok(QpMeta {
         qps_per_conn,
         split,
+        path,
         devs,
         mr_addr,
         qpns,
@@ -479,6 +499,7 @@ mod tests {
         QpMeta {
             qps_per_conn: nqps,
             split: true,
+            path: QpPath { tc: 106, sl: 5 },
             devs: vec![dev(0)],
             mr_addr: 0x1234_5678_9abc,
             qpns: (0..u32::from(nqps)).map(|i| 100 + i).collect(),
@@ -574,16 +595,51 @@ mod tests {
 
     #[test]
     fn the_handshake_messages_keep_their_bytes() {
-        // Kinds 1 to 4 and the header are what peers of earlier builds speak.
+        // Kinds 1 to 4 and the header are what peers of this wire version speak (version 4:
+        // the traffic class and service level after the device count).
         assert_eq!(
             encode(&Msg::Ready),
-            [&MAGIC.to_le_bytes()[..], &[3, 0, 3, 0, 0, 0, 0, 0]].concat()
+            [&MAGIC.to_le_bytes()[..], &[4, 0, 3, 0, 0, 0, 0, 0]].concat()
         );
         let r = encode(&Msg::Reject("no".into()));
         assert_eq!((r[10], r[12], &r[16..]), (4, 2, &b"no"[..]));
         let c = encode(&Msg::Connect(meta(1)));
-        assert_eq!((c[10], c.len()), (1, HEADER + 28 + DEV_META_BYTES + 4 + 4));
+        assert_eq!((c[10], c.len()), (1, HEADER + 30 + DEV_META_BYTES + 4 + 4));
         assert_eq!(&c[16..32], &[9; SECRET_SIZE]);
+        // qps_per_conn, split, device count, traffic class, service level.
+        assert_eq!(&c[32..38], &[1, 0, 1, 1, 106, 5]);
+    }
+
+    #[test]
+    fn the_traffic_class_and_service_level_travel_in_connect_and_accept() {
+        for path in [
+            QpPath { tc: 0, sl: 0 },
+            QpPath { tc: 255, sl: 15 },
+            QpPath { tc: 96, sl: 0 },
+        ] {
+            for msg in [
+                Msg::Connect(QpMeta { path, ..meta(1) }),
+                Msg::Accept(QpMeta {
+                    path,
+                    ..vmeta(2, 2, 1)
+                }),
+            ] {
+                let got = feed_bytewise(&encode(&msg));
+                assert_eq!(got, Ok(Some(msg.clone())));
+            }
+        }
+    }
+
+    #[test]
+    fn a_service_level_above_fifteen_is_malformed() {
+        let mut c = encode(&Msg::Connect(meta(1)));
+        c[37] = 16;
+        assert_eq!(
+            feed_bytewise(&c),
+            Err(WireError::Malformed("service level above 15"))
+        );
+        c[37] = 15;
+        assert!(matches!(feed_bytewise(&c), Ok(Some(Msg::Connect(_)))));
     }
 
     #[test]

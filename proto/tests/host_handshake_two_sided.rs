@@ -29,6 +29,7 @@ fn side(settings: Settings, link_layer: u8, devs: usize, nqps: usize, base: u32)
         meta: QpMeta {
             qps_per_conn: settings.qps_per_conn,
             split: settings.split,
+            path: ferro_proto::path::QpPath { tc: 106, sl: 5 },
             devs: (0..devs)
                 .map(|i| DevMeta {
                     link_layer,

@@ -17,7 +17,8 @@ const FREED_MAGIC: u64 = 0x4645_5252_4f46_5245; // "FERROFRE"
 pub(super) struct NetContext {
     magic: u64,
     pub(super) comm_id: u64,
-    /// The communicator's traffic class (`None`: `NCCL_IB_TC` applies).
+    /// The communicator's traffic class (`None`: not set). Its connections use it as their
+    /// traffic class and service level where `NCCL_IB_TC` / `NCCL_IB_SL` are not set.
     pub(super) traffic_class: Option<u8>,
     /// The last hints from `setNetAttr` (service and progress threads may set them at once).
     pub(super) attr: Mutex<Option<ncclNetAttr_v11_t>>,
@@ -28,7 +29,7 @@ impl NetContext {
         crate::info!(
             NET,
             "network context for communicator {comm_id:#018x}: traffic class {}",
-            traffic_class.map_or("NCCL_IB_TC".to_string(), |t| t.to_string())
+            traffic_class.map_or("not set".to_string(), |t| t.to_string())
         );
         Box::new(NetContext {
             magic: CTX_MAGIC,

@@ -156,7 +156,8 @@ pub(super) fn listen(dev: c_int, handle: *mut c_void, listen_comm: *mut *mut c_v
     out("listenComm", listen_comm, Box::into_raw(l).cast())
 }
 
-/// The communicator's traffic class as v10+ pass it (-1: not set, so `NCCL_IB_TC` applies).
+/// The communicator's traffic class as v10+ pass it (-1: not set). It stands for the
+/// connection's traffic class and service level where `NCCL_IB_TC` / `NCCL_IB_SL` are not set.
 pub(super) fn traffic_class(tc: c_int) -> Result<Option<u8>> {
     match tc {
         ferro_ffi::NCCL_NET_TRAFFIC_CLASS_UNDEF => Ok(None),

@@ -12,6 +12,7 @@ use ferro_proto::Keys;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::comm::{CoreError, Failure, FailureKind};
+use ferro_proto::path::QpPath;
 use ferro_verbs::SendChain;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Mutex, MutexGuard};
@@ -227,6 +228,16 @@ fn access_flags(qp: &ferro_verbs::Qp) -> Result<u32> {
         .map_err(|e| Error::System(e.to_string()))
 }
 
+/// A QP's traffic class (its GRH's) and service level, as the kernel reports them back.
+fn kernel_path(qp: &ferro_verbs::Qp) -> Result<QpPath> {
+    qp.query(ferro_verbs::sys::IBV_QP_AV)
+        .map(|a| QpPath {
+            tc: a.ah_attr.grh.traffic_class,
+            sl: a.ah_attr.sl,
+        })
+        .map_err(|e| Error::System(e.to_string()))
+}
+
 impl Comm {
     /// The (virtual) device this comm's QPs are on.
     pub fn device(&self) -> &'static crate::vnic::VDevice {
@@ -251,15 +262,33 @@ impl Comm {
 
     /// The traffic class each of the comm's QPs was given, as the kernel reports it back.
     pub fn qp_traffic_classes(&self) -> Result<Vec<u8>> {
+        Ok(self.qp_paths()?.into_iter().map(|p| p.tc).collect())
+    }
+
+    /// The traffic class and service level of each of the comm's data QPs, as the kernel
+    /// reports them back (`ibv_query_qp`). Soft-RoCE keeps no service level: it reports 0.
+    pub fn qp_paths(&self) -> Result<Vec<QpPath>> {
         (0..self.ep.nqps())
-            .map(|q| {
-                self.ep
-                    .qp(q)
-                    .query(ferro_verbs::sys::IBV_QP_AV)
-                    .map(|a| a.ah_attr.grh.traffic_class)
-                    .map_err(|e| Error::System(e.to_string()))
-            })
+            .map(|q| kernel_path(self.ep.qp(q)))
             .collect()
+    }
+
+    /// The traffic class and service level this side gave each of its data QPs when it
+    /// connected them (and gives them again when a recovery reconnects them).
+    pub fn qp_paths_given(&self) -> Vec<QpPath> {
+        (0..self.ep.nqps())
+            .map(|q| self.ep.data_qp_path(q))
+            .collect()
+    }
+
+    /// The traffic class and service level of a receive comm's flush QPs, one per member
+    /// device, as the kernel reports them back (empty: the comm does not flush, or is a send
+    /// comm).
+    pub fn flush_qp_paths(&self) -> Result<Vec<QpPath>> {
+        match &self.side {
+            Side::Receiver { flush, .. } => flush.iter().map(|f| kernel_path(&f.qp)).collect(),
+            Side::Sender { .. } => Ok(Vec::new()),
+        }
     }
 
     /// The access flags (`qp_access_flags`) of the comm's data QPs, as the kernel reports them

@@ -10,6 +10,7 @@ use crate::plugin::{self, NetDevice};
 use crate::vnic::VDevice;
 use ferro_proto::Keys;
 use ferro_proto::health::DeviceFault;
+use ferro_proto::path::QpPath;
 use ferro_proto::plan::{self, QpLayout};
 use ferro_proto::recovery::PeerQps;
 use ferro_proto::wire::{DevMeta, QpMeta};
@@ -60,8 +61,13 @@ pub(super) struct Endpoint {
     local_down: AtomicU8,
     /// The peer's members that are down, as its last `Rebuilt` said.
     remote_down: AtomicU8,
-    /// RoCE traffic class of this connection's QPs: `NCCL_IB_TC`, or the communicator's own.
-    pub(super) traffic_class: u8,
+    /// The traffic class and service level of the connection, as the sending side chose them
+    /// (the handshake carries them to the receiving side): kept for the reconnects of a
+    /// recovery, which must use the same.
+    pub(super) path: QpPath,
+    /// Receiving side: `NCCL_IB_FIFO_TC`, which replaces the traffic class of its data QPs
+    /// (they carry its clear-to-send writes) on RoCE. `None` on the sending side.
+    fifo_tc: Option<u8>,
     /// Most bytes one RDMA write may carry on every member (longer chunks go in pieces).
     pub(super) max_write: u32,
     /// The peer's member devices, from the handshake: what a recovery reconnects to.
@@ -78,11 +84,13 @@ fn start_psn(epoch: u32) -> u32 {
 impl Endpoint {
     /// `layout.nqps` RC QPs in INIT, spread over the members of `vdev`, each member's on one CQ
     /// of its protection domain; queues sized for the worst case the advertised limits allow
-    /// ([`plan::queue_depths`]).
+    /// ([`plan::queue_depths`]). `path` is the connection's traffic class and service level;
+    /// `fifo_tc` the receiving side's `NCCL_IB_FIFO_TC` (`None` on the sending side).
     pub(super) fn new(
         vdev: &'static VDevice,
         layout: QpLayout,
-        traffic_class: u8,
+        path: QpPath,
+        fifo_tc: Option<u8>,
     ) -> Result<Endpoint> {
         let caps = data_qp_caps(layout.nqps);
         let depths = plan::queue_depths(layout.nqps);
@@ -112,7 +120,8 @@ impl Endpoint {
             base: layout,
             local_down: AtomicU8::new(0),
             remote_down: AtomicU8::new(0),
-            traffic_class,
+            path,
+            fifo_tc,
             max_write: vdev.max_write_bytes(),
             peer_devs: OnceLock::new(),
         })
@@ -177,6 +186,7 @@ impl Endpoint {
         QpMeta {
             qps_per_conn,
             split,
+            path: self.path,
             devs: self
                 .rails
                 .iter()
@@ -222,9 +232,27 @@ impl Endpoint {
         let lay = self.layout();
         for (q, &remote_qpn) in qpns.iter().enumerate() {
             let remote = &devs[lay.remote_dev(q)];
-            self.connect_qp(self.qp(q), self.rail_of(q).dev, remote_qpn, remote, epoch)?;
+            let path = self.data_qp_path(q);
+            self.connect_qp(
+                self.qp(q),
+                self.rail_of(q).dev,
+                remote_qpn,
+                remote,
+                epoch,
+                path,
+            )?;
         }
         Ok(())
+    }
+
+    /// The traffic class and service level data QP `q` is given: the connection's, with
+    /// `NCCL_IB_FIFO_TC` as the class of the receiving side's QPs on RoCE when it is set.
+    pub(super) fn data_qp_path(&self, q: usize) -> QpPath {
+        let roce = self.rail_of(q).dev.link_layer.is_ethernet();
+        QpPath {
+            tc: self.path.receiver_tc(self.fifo_tc, roce),
+            sl: self.path.sl,
+        }
     }
 
     /// Recovery: moves every data QP to the error state, so nothing more is sent or received
@@ -345,14 +373,15 @@ impl Endpoint {
             }
             to_state(&f.qp, IBV_QPS_RESET)?;
             to_init(&f.qp, r.dev, access::FLUSH_QP)?;
-            self.connect_qp(&f.qp, r.dev, f.qp.qpn(), &dev_meta(r.dev, 0), 0)?;
+            self.connect_qp(&f.qp, r.dev, f.qp.qpn(), &dev_meta(r.dev, 0), 0, self.path)?;
             r.events.forget_qp(f.qp.qpn());
         }
         Ok(())
     }
 
     /// One QP on `dev`: INIT -> RTR -> RTS against `remote_qpn` on the peer device `peer`,
-    /// with the packet numbers of recovery epoch `epoch`.
+    /// with the packet numbers of recovery epoch `epoch`, its traffic class (RoCE) and service
+    /// level from `path`.
     fn connect_qp(
         &self,
         qp: &Qp,
@@ -360,11 +389,12 @@ impl Endpoint {
         remote_qpn: u32,
         peer: &DevMeta,
         epoch: u32,
+        path: QpPath,
     ) -> Result<()> {
         let cfg = &plugin::get()?.config;
         let mut ah = ibv_ah_attr {
             dlid: peer.lid,
-            sl: cfg.service_level,
+            sl: path.sl,
             port_num: dev.port,
             ..Default::default()
         };
@@ -376,7 +406,7 @@ impl Endpoint {
                 sgid_index: u8::try_from(g.index)
                     .map_err(|_| Error::Usage(format!("GID index {} exceeds 255", g.index)))?,
                 hop_limit: 255,
-                traffic_class: self.traffic_class,
+                traffic_class: path.tc,
             };
         }
         let mut a = ibv_qp_attr {
@@ -460,7 +490,9 @@ impl Endpoint {
             .map(|r| {
                 let qp = Qp::new_rc(&r.pd, &r.cq, &r.cq, caps)?;
                 to_init(&qp, r.dev, access::FLUSH_QP)?;
-                self.connect_qp(&qp, r.dev, qp.qpn(), &dev_meta(r.dev, 0), 0)?;
+                // The connection's class, never NCCL_IB_FIFO_TC: a flush carries no
+                // clear-to-send write (as NCCL's flush QPs).
+                self.connect_qp(&qp, r.dev, qp.qpn(), &dev_meta(r.dev, 0), 0, self.path)?;
                 let buf = RegBuf::new(std::slice::from_ref(&r.pd), 4, access::FLUSH_LANDING)?;
                 Ok(FlushQp { qp, buf })
             })

@@ -34,6 +34,7 @@ use ferro_proto::handshake::strangers::{self, LogTally, MAX_STRANGERS, Report};
 use ferro_proto::handshake::{
     self as hs, Event, HANDSHAKE_TIMEOUT, Handshake, HandshakeError, LocalSide, Settings, Stage,
 };
+use ferro_proto::path::QpPath;
 use ferro_proto::plan::QpLayout;
 use ferro_proto::wire::QpMeta;
 use ferro_proto::{Keys, MAX_DEVS};
@@ -297,10 +298,11 @@ impl Setup {
         }
     }
 
-    /// Accepting side: its QPs (in the layout the machine computed) and protocol regions.
+    /// Accepting side: its QPs (in the layout the machine computed, with the traffic class and
+    /// service level the connecting side chose, and `NCCL_IB_FIFO_TC`) and protocol regions.
     fn receiver_resources(&mut self, peer: &QpMeta, layout: QpLayout) -> Result<LocalSide> {
         let cfg = &plugin::get()?.config;
-        let ep = Endpoint::new(self.dev, layout, cfg.traffic_class)?;
+        let ep = Endpoint::new(self.dev, layout, peer.path, cfg.fifo_tc)?;
         let pds = ep.pds();
         let cts_stage = RegBuf::new(&pds, FIFO_BYTES, access::STAGING)?;
         let sizes = RegBuf::new(&pds, SIZES_BYTES, access::PEER_WRITTEN)?;
@@ -484,8 +486,10 @@ fn start_connect(
     // The QPs and regions first, then the TCP connect: the listener sees the connection only
     // when `Connect` can follow at once (its secret's deadline runs from then), and a side that
     // cannot make its QPs leaves no half-open connection behind.
-    let tc = traffic_class.unwrap_or(cfg.traffic_class);
-    let ep = Endpoint::new(dev, layout, tc)?;
+    // This side decides the connection's traffic class and service level; the accepting side
+    // builds its QPs with them.
+    let path = QpPath::choose(cfg.traffic_class, cfg.service_level, traffic_class);
+    let ep = Endpoint::new(dev, layout, path, None)?;
     let pds = ep.pds();
     let fifo = RegBuf::new(&pds, FIFO_BYTES, access::PEER_WRITTEN)?;
     let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, access::STAGING)?;
@@ -549,8 +553,9 @@ fn reap_abandoned_connects(now: Duration) {
 }
 
 /// `connect`: starts or continues; `Ok(None)` means "call again". `traffic_class` (the
-/// communicator's, v10+) replaces `NCCL_IB_TC` for this connection's QPs; it is read when the
-/// connection starts (NCCL passes the same config on every retry). `oversize` is what the
+/// communicator's, v10+) is the connection's traffic class and service level where
+/// `NCCL_IB_TC` / `NCCL_IB_SL` are not set ([`QpPath::choose`]); it is read when the connection
+/// starts (NCCL passes the same config on every retry). `oversize` is what the
 /// comm does with a send larger than its buffer: the rule of the ABI version `connect` was
 /// called through (v7 refuses, later versions truncate).
 pub fn connect(

@@ -1,10 +1,12 @@
 //! The pure checks of connection setup: which settings must agree, how many QPs each side
-//! builds, and whether both sides' devices can share a QP. Each returns the typed refusal the
+//! builds, whether both sides' devices can share a QP, and whether the accepting side adopted
+//! the connecting side's traffic class and service level. Each returns the typed refusal the
 //! handshake reports (and, on the accepting side, sends back in a `Reject`).
 
 use super::{HandshakeError, Settings};
 use crate::MAX_QPS;
 use crate::handle::{self, SECRET_SIZE};
+use crate::path::QpPath;
 use crate::plan::QpLayout;
 use crate::wire::{DevMeta, QpMeta};
 
@@ -128,6 +130,20 @@ pub fn link_layers(
     Ok(())
 }
 
+/// Connecting side: the `Accept` must echo the traffic class and service level this side sent
+/// in `Connect` (the accepting side builds its QPs with them).
+pub fn path_echoed(sent: QpPath, accept: &QpMeta, peer: &str) -> Result<(), HandshakeError> {
+    if accept.path == sent {
+        Ok(())
+    } else {
+        Err(HandshakeError::PathNotEchoed {
+            peer: peer.into(),
+            sent,
+            echoed: accept.path,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +164,7 @@ mod tests {
         QpMeta {
             qps_per_conn,
             split,
+            path: QpPath::default(),
             devs: vec![dev(LINK_LAYER_ETHERNET, 1); devs],
             mr_addr: 0,
             qpns: (0..nqps as u32).collect(),

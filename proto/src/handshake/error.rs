@@ -6,6 +6,7 @@ use super::{Settings, Stage};
 use crate::MAX_QPS;
 use crate::handshake::checks::link_layer_name;
 use crate::handshake::strangers::{shown, shown_up_to};
+use crate::path::QpPath;
 use crate::wire::{Msg, WireError};
 use std::fmt;
 use std::time::Duration;
@@ -38,6 +39,13 @@ pub enum HandshakeError {
         peer: String,
         peer_port: u8,
         remote: u8,
+    },
+    /// Connecting side: the `Accept` does not echo the traffic class and service level this side
+    /// sent, so the two sides' QPs would leave on different priorities.
+    PathNotEchoed {
+        peer: String,
+        sent: QpPath,
+        echoed: QpPath,
     },
     /// The connection would have more QPs than [`MAX_QPS`].
     TooManyQps {
@@ -112,6 +120,11 @@ impl fmt::Display for HandshakeError {
                 "{local_dev}:{local_port} is {} but a device of {peer} (port {peer_port}) is {}: the link layers of both sides must match",
                 link_layer_name(*local),
                 link_layer_name(*remote)
+            ),
+            HandshakeError::PathNotEchoed { peer, sent, echoed } => write!(
+                f,
+                "{peer} accepted with traffic class {} and service level {}, but this side sent {} and {}: the receiving side must build its QPs with the sender's",
+                echoed.tc, echoed.sl, sent.tc, sent.sl
             ),
             HandshakeError::TooManyQps {
                 qps_per_conn,

@@ -11,7 +11,9 @@
 //! in the socket; bytes fed early are held until the machine reads again.
 //!
 //! The connecting side: TCP connect ([`Handshake::tcp_connected`]), write `Connect` (its QPs,
-//! its CTS FIFO and the listener's secret), read `Accept` (or `Reject`), connect its QPs
+//! its CTS FIFO, the traffic class and service level it chose, and the listener's secret), read
+//! `Accept` (or `Reject`; an `Accept` that does not echo the traffic class and service level is
+//! refused), connect its QPs
 //! ([`Event::PeerMeta`], then [`Handshake::qps_connected`]), write `Ready`; connected once it
 //! is written. The accepting side: read `Connect`, check the secret (a wrong one is dropped
 //! without an answer), the settings and the QP count, ask for its own QPs
@@ -500,14 +502,16 @@ impl Handshake {
     }
 
     /// Connecting side: the peer accepted. Its link layers must match ours (the acceptor
-    /// checked too; this side refuses without an answer).
+    /// checked too) and it must echo our traffic class and service level; this side refuses
+    /// without an answer.
     fn on_accept(&mut self, peer_meta: QpMeta) {
         let Role::Connector { local } = &self.role else {
             return self.out_of_order("on_accept");
         };
-        if let Err(e) =
+        let checked =
             checks::link_layers(&local.meta.devs, &local.names, &peer_meta.devs, &self.peer)
-        {
+                .and_then(|()| checks::path_echoed(local.meta.path, &peer_meta, &self.peer));
+        if let Err(e) = checked {
             return self.fail(e);
         }
         self.stage = Stage::ConnectorQps;

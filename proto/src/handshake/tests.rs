@@ -5,6 +5,7 @@
 use super::checks::{LINK_LAYER_ETHERNET, LINK_LAYER_INFINIBAND};
 use super::*;
 use crate::WIRE_VERSION;
+use crate::path::QpPath;
 use crate::wire::{DevMeta, HEADER, WireError};
 
 const SECRET: [u8; SECRET_SIZE] = [0x5a; SECRET_SIZE];
@@ -34,6 +35,7 @@ fn side(settings: Settings, link_layer: u8, devs: usize, nqps: usize, first_qpn:
         meta: QpMeta {
             qps_per_conn: settings.qps_per_conn,
             split: settings.split,
+            path: QpPath { tc: 32, sl: 3 },
             devs: (0..devs).map(|i| dev(link_layer, i)).collect(),
             mr_addr: 0x1000 * u64::from(first_qpn),
             qpns: (0..nqps as u32).map(|q| first_qpn + q).collect(),
@@ -282,6 +284,39 @@ fn the_connector_refuses_an_accept_from_another_link_layer_without_connecting() 
         "rxe0:1 is RoCE but a device of 10.0.0.2:50000 (port 1) is InfiniBand: the link layers of both sides must match"
     );
     assert_eq!(c.poll_transmit(), None);
+}
+
+#[test]
+fn the_connector_refuses_an_accept_that_does_not_echo_its_traffic_class_and_service_level() {
+    for echoed in [QpPath { tc: 0, sl: 3 }, QpPath { tc: 32, sl: 0 }] {
+        let mut c = connector();
+        take_out(&mut c);
+        let mut a = acceptor_side();
+        a.meta.path = echoed;
+        c.handle_bytes(&wire::encode(&Msg::Accept(a.meta)), T0);
+        let e = failure(&mut c);
+        assert_eq!(
+            e,
+            HandshakeError::PathNotEchoed {
+                peer: ACCEPTOR.into(),
+                sent: QpPath { tc: 32, sl: 3 },
+                echoed
+            }
+        );
+        assert_eq!(
+            c.poll_transmit(),
+            None,
+            "refused without connecting or answering"
+        );
+    }
+    let mut c = connector();
+    take_out(&mut c);
+    c.handle_bytes(&wire::encode(&Msg::Accept(acceptor_side().meta)), T0);
+    assert_eq!(
+        events(&mut c),
+        vec![Event::PeerMeta(acceptor_side().meta)],
+        "the same values are accepted"
+    );
 }
 
 #[test]
