@@ -25,11 +25,10 @@
 //! region, never a possibly unregistered empty user buffer.
 //!
 //! Adaptive routing (`NCCL_IB_ADAPTIVE_ROUTING`, [`AdaptiveRouting`]): on a fabric that sends
-//! the packets of one QP over several paths, a write with immediate could complete at the
-//! receiver while an earlier write's data is still on its way. So, as NCCL does, a lone buffer of
-//! more than the threshold (`NCCL_IB_AR_THRESHOLD`) goes as plain RDMA WRITEs on each QP, then a
-//! 0-byte write with immediate (to the sizes FIFO, the immediate still the QP's byte count) whose
-//! completion the fabric orders after them. A multi-buffer group already writes its data plain
+//! the packets of one QP over several paths, the packets of a long write may land out of order.
+//! So, as NCCL does, a lone buffer of more than the threshold (`NCCL_IB_AR_THRESHOLD`) goes as
+//! plain RDMA WRITEs on each QP, then a 0-byte write with immediate (to the sizes FIFO, the
+//! immediate still the QP's byte count), so that the immediate never overtakes the data. A multi-buffer group already writes its data plain
 //! and ends with the sizes write, so adaptive routing changes nothing there. The choice is the
 //! sender's alone: the receiver learns sizes from the immediates either way.
 //!
