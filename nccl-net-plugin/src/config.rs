@@ -8,6 +8,7 @@
 //! variable, the value and the default used instead. Parsing is pure (`Config::from_lookup`) so
 //! it is unit-tested without touching the process environment.
 
+use ferro_proto::plan::AdaptiveRouting;
 use ferro_verbs::gid::GidPolicy;
 use ferro_verbs::sysfs::AddrFamily;
 use std::net::IpAddr;
@@ -100,6 +101,16 @@ settings! {
     /// `NCCL_IB_USE_INLINE`: clear-to-send writes of one entry go inline (`IBV_SEND_INLINE`;
     /// the QPs are created with room for one 64-byte entry), as NCCL's IB transport does.
     use_inline: bool = "NCCL_IB_USE_INLINE", false, flag;
+    /// `NCCL_IB_ADAPTIVE_ROUTING`: 1 sends a lone buffer of more than `NCCL_IB_AR_THRESHOLD`
+    /// bytes as plain RDMA WRITEs and then a 0-byte write with immediate, so that the
+    /// immediate never overtakes the data on an adaptive-routed fabric. Unset is `None` (`auto`
+    /// in the summary): the connection's link layer decides, on for InfiniBand and off for
+    /// RoCE ([`Config::adaptive_routing`]).
+    adaptive_routing: Option<bool> = "NCCL_IB_ADAPTIVE_ROUTING", None, some_flag,
+        or "the link layer's default (1 on InfiniBand, 0 on RoCE)";
+    /// `NCCL_IB_AR_THRESHOLD`: the bytes a lone buffer must exceed for adaptive routing to
+    /// apply (from `u32::MAX` on, it never does: no request is larger).
+    ar_threshold: u64 = "NCCL_IB_AR_THRESHOLD", 8192, int(0, i64::MAX);
     /// `NCCL_DMABUF_ENABLE` (NCCL's meaning: any integer; 0 turns DMA-BUF registration off).
     dmabuf_enable: bool = "NCCL_DMABUF_ENABLE", true, nonzero;
     /// `FERRO_GDR_DISABLE`: 1 turns GPUDirect RDMA off entirely (DMA-BUF and nvidia-peermem),
@@ -121,7 +132,7 @@ settings! {
     /// `NCCL_IB_RESILIENCY_PORT_RECOVERY` (NCCL 2.30.3+, its default 0 = off): set to 0, recovery
     /// in place is off unless `FERRO_RECOVERY_BUDGET_S` is set; set to 1, it is on (as it is
     /// by default here).
-    resiliency_port_recovery: Option<bool> = "NCCL_IB_RESILIENCY_PORT_RECOVERY", None, opt_flag,
+    resiliency_port_recovery: Option<bool> = "NCCL_IB_RESILIENCY_PORT_RECOVERY", None, some_flag,
         or "unset";
     /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY` (ms, NCCL's default 200): how long a
     /// stopped comm waits before it rebuilds its QPs, counted from its stop (unset: no wait
@@ -200,11 +211,17 @@ trait Show {
 macro_rules! show_display {
     ($($t:ty),*) => { $(impl Show for $t { fn show(&self) -> String { self.to_string() } })* };
 }
-show_display!(u8, u16, u32, i64);
+show_display!(u8, u16, u32, u64, i64);
 
 impl Show for bool {
     fn show(&self) -> String {
         u8::from(*self).to_string()
+    }
+}
+
+impl Show for Option<bool> {
+    fn show(&self) -> String {
+        self.map_or("auto".to_string(), |b| b.show())
     }
 }
 
@@ -234,12 +251,6 @@ impl Show for Option<(IpAddr, u8)> {
 impl Show for Option<u32> {
     fn show(&self) -> String {
         self.map_or("unset".to_string(), |v| v.to_string())
-    }
-}
-
-impl Show for Option<bool> {
-    fn show(&self) -> String {
-        self.map_or("unset".to_string(), |v| u8::from(v).to_string())
     }
 }
 
@@ -321,6 +332,11 @@ fn flag(text: &str) -> Result<bool, String> {
     int::<u8>(0, 1)(text).map(|v| v == 1)
 }
 
+/// 0 or 1, given (unset is the caller's default).
+fn some_flag(text: &str) -> Result<Option<bool>, String> {
+    flag(text).map(Some)
+}
+
 /// Any integer; true unless 0.
 fn nonzero(text: &str) -> Result<bool, String> {
     int::<i64>(i64::MIN, i64::MAX)(text).map(|v| v != 0)
@@ -329,11 +345,6 @@ fn nonzero(text: &str) -> Result<bool, String> {
 /// An integer in `min..=max`, kept as set (`None` when unset).
 fn opt_int<T: TryFrom<i64>>(min: i64, max: i64) -> impl Fn(&str) -> Result<Option<T>, String> {
     move |text| int::<T>(min, max)(text).map(Some)
-}
-
-/// 0 or 1, kept as set (`None` when unset).
-fn opt_flag(text: &str) -> Result<Option<bool>, String> {
-    flag(text).map(Some)
 }
 
 /// Any text, taken as given.
@@ -507,6 +518,17 @@ impl Config {
                 (!v.trim().is_empty()).then(|| format!("{name}={} does not apply: {why}", v.trim()))
             })
             .collect()
+    }
+
+    /// Adaptive routing for a connection over a device of this link layer (every member of a
+    /// virtual NIC has the same): `NCCL_IB_ADAPTIVE_ROUTING`, or when unset on for InfiniBand
+    /// and off for RoCE, above `NCCL_IB_AR_THRESHOLD`.
+    pub fn adaptive_routing(&self, ethernet: bool) -> AdaptiveRouting {
+        if self.adaptive_routing.unwrap_or(!ethernet) {
+            AdaptiveRouting::above(u32::try_from(self.ar_threshold).unwrap_or(u32::MAX))
+        } else {
+            AdaptiveRouting::OFF
+        }
     }
 
     /// The GID selection policy these settings describe.
@@ -820,6 +842,61 @@ mod tests {
             w,
             [
                 "FERRO_RECOVERY_BUDGET_S=-1 is outside 0..=3600; using 30 s (0 with NCCL_IB_RESILIENCY_PORT_RECOVERY=0)"
+            ]
+        );
+    }
+
+    #[test]
+    fn adaptive_routing_defaults_to_on_for_infiniband_and_off_for_roce() {
+        let (c, w) = parse(&[]);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!((c.adaptive_routing, c.ar_threshold), (None, 8192));
+        assert_eq!(c.adaptive_routing(false), AdaptiveRouting::above(8192));
+        assert_eq!(c.adaptive_routing(true), AdaptiveRouting::OFF);
+        assert!(
+            c.summary()
+                .contains(" NCCL_IB_ADAPTIVE_ROUTING=auto NCCL_IB_AR_THRESHOLD=8192 "),
+            "{}",
+            c.summary()
+        );
+    }
+
+    #[test]
+    fn adaptive_routing_set_either_way_overrides_the_link_layer() {
+        let (c, w) = parse(&[
+            ("NCCL_IB_ADAPTIVE_ROUTING", "1"),
+            ("NCCL_IB_AR_THRESHOLD", "65536"),
+        ]);
+        assert!(w.is_empty(), "{w:?}");
+        for ethernet in [false, true] {
+            assert_eq!(c.adaptive_routing(ethernet), AdaptiveRouting::above(65536));
+        }
+        assert!(c.summary().contains(" NCCL_IB_ADAPTIVE_ROUTING=1 "));
+        let (c, _) = parse(&[("NCCL_IB_ADAPTIVE_ROUTING", "0")]);
+        for ethernet in [false, true] {
+            assert_eq!(c.adaptive_routing(ethernet), AdaptiveRouting::OFF);
+        }
+        // A threshold no request can pass: on, but it never applies.
+        let (c, w) = parse(&[
+            ("NCCL_IB_ADAPTIVE_ROUTING", "1"),
+            ("NCCL_IB_AR_THRESHOLD", "8589934592"),
+        ]);
+        assert!(w.is_empty(), "{w:?}");
+        assert!(!c.adaptive_routing(true).applies_to(u32::MAX));
+    }
+
+    #[test]
+    fn invalid_adaptive_routing_settings_warn_and_keep_the_defaults() {
+        let (c, w) = parse(&[
+            ("NCCL_IB_ADAPTIVE_ROUTING", "2"),
+            ("NCCL_IB_AR_THRESHOLD", "-1"),
+        ]);
+        assert_eq!((c.adaptive_routing, c.ar_threshold), (None, 8192));
+        assert_eq!(
+            w,
+            vec![
+                "NCCL_IB_ADAPTIVE_ROUTING=2 is outside 0..=1; using the link layer's default (1 on InfiniBand, 0 on RoCE)".to_string(),
+                "NCCL_IB_AR_THRESHOLD=-1 is outside 0..=9223372036854775807; using the default 8192".to_string(),
             ]
         );
     }

@@ -17,7 +17,7 @@ use ferro_proto::comm::recv::{CtsWrite, PostRecv, RecvBuf, RecvCore, RecvStep};
 use ferro_proto::comm::send::{SEND_REQS, SendCore, SendStep};
 use ferro_proto::comm::{CoreError, Done};
 use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE, FIFO_BYTES, SIZES_BYTES};
-use ferro_proto::plan::{self, QpLayout, SizesSlot};
+use ferro_proto::plan::{self, AdaptiveRouting, QpLayout, SizesSlot};
 use ferro_proto::{MAX_DEVS, MAX_RECVS, SLOTS};
 use proptest::prelude::*;
 use std::collections::VecDeque;
@@ -71,6 +71,8 @@ struct Wire {
     nqps: usize,
     /// The most one write carries (the plan cuts longer chunks into pieces).
     max_write: u32,
+    /// Whether a lone buffer's immediates travel apart from its data.
+    ar: AdaptiveRouting,
     arena: Arena,
     send: SendCore,
     recv: RecvCore,
@@ -160,6 +162,7 @@ impl Wire {
             layout,
             nqps,
             max_write: u32::MAX,
+            ar: AdaptiveRouting::OFF,
             arena,
             send: SendCore::new(layout),
             recv: RecvCore::new(recv_layout),
@@ -310,7 +313,7 @@ impl Wire {
             remote_addr: self.sizes + soff as u64,
             rkeys: [2; MAX_DEVS],
         };
-        let writes = plan::plan_group(seq, &items[..], &self.layout, slot, self.max_write);
+        let writes = plan::plan_group(seq, &items[..], &self.layout, slot, self.max_write, self.ar);
         assert_eq!(
             writes.iter().filter(|w| w.imm.is_some()).count(),
             self.layout.group_qps(seq).len(),
@@ -639,6 +642,7 @@ proptest! {
         schedule in prop::collection::vec(any::<u32>(), 0..1500),
         runner in prop::option::of(0usize..4),
         max_write in prop_oneof![Just(u32::MAX), 1u32..=64],
+        ar_threshold in prop::option::of(0u32..=160),
     ) {
         let groups: Vec<Vec<Member>> = shape
             .iter()
@@ -653,6 +657,8 @@ proptest! {
         let mut w = Wire::with_layout(QpLayout::new(qpc, split, l, r), groups, tags);
         // Writes of a few bytes at most: every message of more goes in pieces.
         w.max_write = max_write;
+        // Adaptive routing: lone buffers above the threshold send their immediates apart.
+        w.ar = ar_threshold.map_or(AdaptiveRouting::OFF, AdaptiveRouting::above);
         w.run(&schedule, runner.map(|r| r % tags));
     }
 }

@@ -23,7 +23,7 @@
 mod common;
 
 use common::{CUTS, Cut, Member, Notice, Wire, groups_of, member};
-use ferro_proto::plan::QpLayout;
+use ferro_proto::plan::{AdaptiveRouting, QpLayout};
 use ferro_proto::{MAX_RECVS, SLOTS};
 use proptest::prelude::*;
 
@@ -105,9 +105,12 @@ proptest! {
         schedule in prop::collection::vec(any::<u32>(), 0..1200),
         cuts in 0usize..=4,
         max_write in prop_oneof![Just(u32::MAX), 1u32..=64],
+        ar_threshold in prop::option::of(0u32..=160),
     ) {
         let (l, r) = devs.unwrap_or((1, 1));
         let mut w = Wire::new(QpLayout::new(qpc, split, l, r), groups_of(&shape, tags), tags, max_write);
+        // Adaptive routing: a replay plans lone buffers as they were first written.
+        w.ar = ar_threshold.map_or(AdaptiveRouting::OFF, AdaptiveRouting::above);
         w.run(&schedule, cuts);
     }
 

@@ -33,6 +33,28 @@ fn size_sweep_zero_to_16_mib() {
 }
 
 #[test]
+fn size_sweep_with_adaptive_routing_forced_on_around_its_threshold_split_and_not() {
+    // rxe is RoCE, where adaptive routing is off unless forced. Each run also sweeps 8191,
+    // 8192, 8193 and 8320 bytes and checks the immediates the sender sent apart.
+    let two = [("NCCL_IB_QPS_PER_CONNECTION", "2")];
+    let split = [
+        ("NCCL_IB_QPS_PER_CONNECTION", "2"),
+        ("NCCL_IB_SPLIT_DATA_ON_QPS", "1"),
+    ];
+    for env in [&[][..], &two[..], &split[..]] {
+        let mut spec = GroupSpec::new("size-sweep", 2)
+            .env("NCCL_IB_ADAPTIVE_ROUTING", "1")
+            .timeout(secs(240));
+        for (k, v) in env {
+            spec = spec.env(k, v);
+        }
+        let rep = run(spec);
+        eprintln!("{env:?}:\n{}", rep.summary());
+        rep.assert_all_passed();
+    }
+}
+
+#[test]
 fn thirty_two_requests_in_flight() {
     run(GroupSpec::new("inflight-32", 2).timeout(secs(120))).assert_all_passed();
 }

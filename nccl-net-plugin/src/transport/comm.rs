@@ -13,6 +13,7 @@ use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::SendCore;
 use ferro_proto::comm::{CoreError, Failure, FailureKind};
 use ferro_proto::path::QpPath;
+use ferro_proto::plan::AdaptiveRouting;
 use ferro_verbs::SendChain;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Mutex, MutexGuard};
@@ -25,6 +26,9 @@ pub(super) struct SenderMem {
     pub(super) sizes_stage: RegBuf,
     /// The peer's sizes FIFO: its address and its key on each of the peer's members.
     pub(super) peer_sizes: (u64, Keys),
+    /// Adaptive routing, decided once per connection from its device's link layer and the
+    /// configuration (the receiver needs no say: it learns sizes from immediates either way).
+    pub(super) ar: AdaptiveRouting,
     /// Buffers reused by every group's posts, so the data path allocates nothing once they
     /// have grown to their working size. Only locked while the core's lock is held.
     pub(super) scratch: Mutex<SendScratch>,

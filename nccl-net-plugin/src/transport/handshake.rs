@@ -526,6 +526,7 @@ fn start_connect(
                 fifo,
                 sizes_stage,
                 peer_sizes: (0, [0; MAX_DEVS]),
+                ar: cfg.adaptive_routing(dev.first().link_layer.is_ethernet()),
                 scratch: Mutex::new(SendScratch::default()),
             },
             oversize,

@@ -94,6 +94,7 @@ impl SideSteps for SendCore {
                 &comm.ep.layout(),
                 slot,
                 comm.ep.max_write,
+                mem.ar,
                 writes,
             );
             posts += comm.post_writes(writes, g.wr_id(), false, chain)?;

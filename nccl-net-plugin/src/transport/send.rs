@@ -84,12 +84,13 @@ impl Comm {
                 // only a lone send from host memory qualifies.
                 let inline_ok =
                     group.items().len() == 1 && mh.is_none_or(|m| m.kind() == MemKind::Host);
-                let mut posts = 0;
-                let posted = self.post_group(mem, &group, inline_ok, &mut posts);
+                let (mut posts, mut apart) = (0, 0);
+                let posted = self.post_group(mem, &group, inline_ok, &mut posts, &mut apart);
                 if posted.is_ok() {
                     crate::profiler::on_send_posted(self, req, phandle, &group);
                 }
                 core.health.counters.send_posts += posts;
+                core.health.counters.immediates_apart += apart;
                 if let Err(e) = posted {
                     core.health.fail(Failure::system(e.to_string()));
                     return Err(e);
@@ -111,13 +112,15 @@ impl Comm {
     }
 
     /// Writes a complete group: its sizes into the staging slot, then every write of the plan,
-    /// one chain per QP, in reused buffers.
+    /// one chain per QP, in reused buffers. Adds the posts made to `posts`, and the immediates
+    /// the plan sent apart from their data (adaptive routing) to `apart`.
     fn post_group(
         &self,
         mem: &SenderMem,
         group: &ReadyGroup<'_>,
         inline_ok: bool,
         posts: &mut u64,
+        apart: &mut u64,
     ) -> Result<()> {
         let soff = fifo::sizes_offset(group.seq);
         for (i, it) in group.items().iter().enumerate() {
@@ -132,9 +135,12 @@ impl Comm {
             &self.ep.layout(),
             slot,
             self.ep.max_write,
+            mem.ar,
             writes,
         );
+        let planned_apart = writes.iter().filter(|w| w.is_immediate_apart()).count() as u64;
         *posts += self.post_writes(writes, group.wr_id(), inline_ok, chain)?;
+        *apart += planned_apart;
         Ok(())
     }
 

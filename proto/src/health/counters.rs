@@ -33,6 +33,10 @@ pub struct Counters {
     pub send_posts: u64,
     /// `ibv_post_recv` calls made, counted by the transport.
     pub recv_posts: u64,
+    /// Immediates the send comm wrote apart from their data under adaptive routing (0-byte
+    /// writes with immediate after a lone buffer's plain writes, one per QP that carried some
+    /// of it), in groups' first posts; counted by the transport.
+    pub immediates_apart: u64,
     /// Clear-to-send writes made (receive comm): each carries the entries of one or more
     /// receive groups.
     pub cts_writes: u64,
@@ -84,6 +88,13 @@ impl Counters {
             let _ = write!(s, " ({} clear-to-send writes)", self.cts_writes);
         }
         let _ = write!(s, ", {} polls ({} empty)", self.polls, self.empty_polls);
+        if sending && self.immediates_apart > 0 {
+            let _ = write!(
+                s,
+                ", {} immediates apart (adaptive routing)",
+                self.immediates_apart
+            );
+        }
         if self.recoveries > 0 {
             let _ = write!(
                 s,
@@ -135,6 +146,25 @@ mod tests {
         assert!(
             !c.summary(true).contains("recover"),
             "a comm that never recovered says nothing of it"
+        );
+    }
+
+    #[test]
+    fn a_send_comm_under_adaptive_routing_counts_its_immediates_apart() {
+        let c = Counters {
+            immediates_apart: 6,
+            ..Counters::default()
+        };
+        assert!(
+            c.summary(true)
+                .ends_with(", 0 polls (0 empty), 6 immediates apart (adaptive routing)"),
+            "{}",
+            c.summary(true)
+        );
+        assert!(!c.summary(false).contains("apart"));
+        assert!(
+            !Counters::default().summary(true).contains("apart"),
+            "a comm that sent none says nothing of them"
         );
     }
 

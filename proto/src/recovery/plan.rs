@@ -5,7 +5,7 @@
 //! immediate comes last), so it is never written again; a share rewritten over bytes a cut left
 //! half-placed lands in a buffer whose receive is not complete, which no one reads yet.
 
-use crate::plan::{self, QpLayout, SendItem, SizesSlot, Write};
+use crate::plan::{self, AdaptiveRouting, QpLayout, SendItem, SizesSlot, Write};
 
 /// A posted group to write again on some of its QPs, in the new epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,14 +52,16 @@ impl<'a> ReplayGroup<'a> {
 }
 
 /// The writes of a replay into a buffer the caller reuses: the group's plan
-/// ([`plan::plan_group_into`]) kept to the replayed QPs, in the same order.
+/// ([`plan::plan_group_into`], under the same adaptive routing) kept to the replayed QPs, in
+/// the same order.
 pub fn replay_writes_into(
     g: &ReplayGroup<'_>,
     layout: &QpLayout,
     sizes: SizesSlot,
     max_write: u32,
+    ar: AdaptiveRouting,
     out: &mut Vec<Write>,
 ) {
-    plan::plan_group_into(g.seq, g.items, layout, sizes, max_write, out);
+    plan::plan_group_into(g.seq, g.items, layout, sizes, max_write, ar, out);
     out.retain(|w| g.on_qp(w.qp));
 }

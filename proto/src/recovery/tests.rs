@@ -8,7 +8,7 @@ use crate::comm::send::{SendCore, SendStep, SendWait};
 use crate::comm::wr_id::WrId;
 use crate::comm::{CoreError, Done};
 use crate::fifo::CtsEntry;
-use crate::plan::{QpLayout, SizesSlot};
+use crate::plan::{AdaptiveRouting, QpLayout, SizesSlot};
 use crate::wire::Msg;
 use crate::{MAX_DEVS, MAX_RECVS};
 
@@ -262,7 +262,14 @@ fn only_the_shares_whose_immediates_did_not_arrive_are_replayed() {
         rkeys: [2; MAX_DEVS],
     };
     let mut w = Vec::new();
-    plan::replay_writes_into(&first, &layout, sizes, u32::MAX, &mut w);
+    plan::replay_writes_into(
+        &first,
+        &layout,
+        sizes,
+        u32::MAX,
+        AdaptiveRouting::OFF,
+        &mut w,
+    );
     let qps: Vec<(usize, u64, Option<u32>)> =
         w.iter().map(|w| (w.qp, w.remote_addr, w.imm)).collect();
     assert_eq!(

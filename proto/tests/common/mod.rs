@@ -14,7 +14,7 @@ use ferro_proto::comm::recovering::Recovering;
 use ferro_proto::comm::recv::{CtsWrite, RecvBuf, RecvCore, RecvStep};
 use ferro_proto::comm::send::{SEND_REQS, SendCore, SendStep};
 use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE, FIFO_BYTES, SIZES_BYTES};
-use ferro_proto::plan::{self, QpLayout, SizesSlot, Write};
+use ferro_proto::plan::{self, AdaptiveRouting, QpLayout, SizesSlot, Write};
 use ferro_proto::recovery::plan::replay_writes_into;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -84,6 +84,9 @@ pub(crate) struct Wire {
     layout: QpLayout,
     nqps: usize,
     max_write: u32,
+    /// Whether a lone buffer's immediates travel apart from its data (first writes and
+    /// replays alike).
+    pub(crate) ar: AdaptiveRouting,
     arena: Vec<u8>,
     /// Per arena byte: 1 + the group whose receive buffer it is, or 0.
     owner: Vec<u32>,
@@ -182,6 +185,7 @@ impl Wire {
             layout,
             nqps,
             max_write,
+            ar: AdaptiveRouting::OFF,
             arena,
             owner,
             send,
@@ -389,6 +393,7 @@ impl Wire {
             &self.layout,
             slot,
             self.max_write,
+            self.ar,
             &mut self.scratch,
         );
         self.queue_writes(seq, wr_id);
@@ -422,6 +427,7 @@ impl Wire {
                     &self.layout,
                     self.sizes_slot(g.seq),
                     self.max_write,
+                    self.ar,
                     &mut w,
                 );
                 (g.seq, g.wr_id(), w)
