@@ -60,7 +60,7 @@ ok "$SUITE root in $ROOT (glibc $root_glibc)"
 
 # The root's glibc must be older than this machine's, or a native build would load there too and
 # the check would prove nothing.
-host_glibc="$(ldd --version | head -n 1 | grep -o '[0-9][0-9.]*[0-9]$')"
+host_glibc="$(getconf GNU_LIBC_VERSION | awk '{print $2}')"
 [[ "$(printf '%s\n%s\n' "$root_glibc" "$host_glibc" | sort -V | head -n 1)" == "$root_glibc" \
   && "$root_glibc" != "$host_glibc" ]] || fail "the $SUITE root's glibc $root_glibc is not older than this machine's $host_glibc"
 
