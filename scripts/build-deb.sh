@@ -12,15 +12,33 @@
 # Debian machine, while cargo-deb would be compiled from crates.io on each fresh CI machine, and
 # it has no natural way to build the opt-in alias as a second package.
 #
-# Environment: FERRO_DEB_PROFILE  cargo profile to package (default: release).
+# The release package holds the portable build (scripts/build-portable.sh: glibc symbol versions
+# no newer than 2.17), so the plugin the installer copies into a container loads in images with an
+# older glibc than the host's; the dev profile packages the native debug build.
+#
+# Environment: FERRO_DEB_PROFILE  what to package: release (default, the portable build), dev (the
+#                                 native debug build) or native-release (the native release build).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PROFILE="${FERRO_DEB_PROFILE:-release}"
 case "$PROFILE" in
-  release) cargo build --release -p nccl-net-plugin -p nccl-net-doctor >&2; OUTDIR=target/release ;;
-  dev|debug) cargo build -p nccl-net-plugin -p nccl-net-doctor >&2; OUTDIR=target/debug ;;
-  *) echo "FERRO_DEB_PROFILE must be release or dev" >&2; exit 2 ;;
+  release)
+    portable="$(scripts/build-portable.sh "$(uname -m)")"
+    LIB="$portable/lib/libnccl-net-ferro.so"
+    DOCTOR="$portable/bin/nccl-net-doctor"
+    ;;
+  native-release)
+    cargo build --release -p nccl-net-plugin -p nccl-net-doctor >&2
+    LIB=target/release/libnccl_net_ferro.so
+    DOCTOR=target/release/nccl-net-doctor
+    ;;
+  dev|debug)
+    cargo build -p nccl-net-plugin -p nccl-net-doctor >&2
+    LIB=target/debug/libnccl_net_ferro.so
+    DOCTOR=target/debug/nccl-net-doctor
+    ;;
+  *) echo "FERRO_DEB_PROFILE must be release, native-release or dev" >&2; exit 2 ;;
 esac
 
 VERSION="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
@@ -34,9 +52,21 @@ esac
 [[ -n "$VERSION" && -n "$TRIPLET" ]] || { echo "cannot tell the version or the multiarch triplet" >&2; exit 1; }
 
 # The newest glibc symbol version the two binaries need: the package's libc6 dependency.
-GLIBC="$(objdump -T "$OUTDIR/libnccl_net_ferro.so" "$OUTDIR/nccl-net-doctor" \
-  | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
+GLIBC="$( { objdump -p "$LIB" "$DOCTOR" | sed -n '/^Version References:/,/^$/p'; objdump -T "$LIB" "$DOCTOR"; } \
+  | grep -o 'GLIBC_[0-9][0-9.]*[0-9]' | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
 [[ -n "$GLIBC" ]] || { echo "cannot read the glibc symbol versions (objdump from binutils)" >&2; exit 1; }
+
+# The shared libraries the two binaries need (NEEDED), each mapped to the package that ships it:
+# glibc's to libc6; libgcc_s.so.1 (the native build's unwinder; the portable build links zig's
+# statically) to libgcc-s1. Anything else is an error here rather than a missing dependency later.
+EXTRA_DEPENDS=""
+while read -r needed; do
+  case "$needed" in
+    libc.so.6 | libm.so.6 | libpthread.so.0 | libdl.so.2 | librt.so.1 | ld-linux-*.so.* | ld-linux.so.*) ;;
+    libgcc_s.so.1) EXTRA_DEPENDS=", libgcc-s1" ;;
+    *) echo "the plugin or the doctor needs $needed: declare its package in $0" >&2; exit 1 ;;
+  esac
+done < <(objdump -p "$LIB" "$DOCTOR" | awk '$1 == "NEEDED" {print $2}' | sort -u)
 
 OUT=target/deb
 STAGE="$OUT/stage"
@@ -44,14 +74,14 @@ rm -rf "$STAGE"
 mkdir -p "$OUT"
 
 fill() { # template -> control file
-  sed -e "s/@VERSION@/$VERSION/g" -e "s/@ARCH@/$ARCH/g" -e "s/@GLIBC@/$GLIBC/g" -e "s/@SIZE@/$2/g" "$1"
+  sed -e "s/@VERSION@/$VERSION/g" -e "s/@ARCH@/$ARCH/g" -e "s/@GLIBC@/$GLIBC/g" -e "s/@EXTRA_DEPENDS@/$EXTRA_DEPENDS/g" -e "s/@SIZE@/$2/g" "$1"
 }
 
 # The plugin and the doctor.
 main="$STAGE/nccl-net-ferro"
 install -d "$main/DEBIAN" "$main/usr/lib/$TRIPLET" "$main/usr/bin" "$main/usr/share/doc/nccl-net-ferro"
-install -m 0644 "$OUTDIR/libnccl_net_ferro.so" "$main/usr/lib/$TRIPLET/libnccl-net-ferro.so"
-install -m 0755 "$OUTDIR/nccl-net-doctor" "$main/usr/bin/nccl-net-doctor"
+install -m 0644 "$LIB" "$main/usr/lib/$TRIPLET/libnccl-net-ferro.so"
+install -m 0755 "$DOCTOR" "$main/usr/bin/nccl-net-doctor"
 install -m 0644 README.md packaging/deb/copyright "$main/usr/share/doc/nccl-net-ferro/"
 # Debug information stays in target/; unwinding tables (.eh_frame) are kept by --strip-debug.
 objcopy --strip-debug "$main/usr/lib/$TRIPLET/libnccl-net-ferro.so"

@@ -11,7 +11,15 @@
 #   4. the opt-in alias package: libnccl-net.so (what NCCL <= 2.20 opens by default) loads the
 #      same installed plugin;
 #   5. the installed doctor runs: --help, and --json on this host (valid JSON, format_version 2,
-#      its verdict.exit_code equal to the process's exit status).
+#      its verdict.exit_code equal to the process's exit status);
+#   6. portability (the release package, built by scripts/build-portable.sh): the packaged plugin
+#      and doctor need no glibc symbol version newer than 2.17 (scripts/check-symbol-versions.sh,
+#      with its self-test that a newer one is refused), every shared library they need (NEEDED)
+#      is declared in Depends, and both load and run in an old Debian root
+#      (scripts/check-old-root.sh), where a native build of the plugin is refused.
+#
+# Environment: FERRO_DEB_PROFILE (see scripts/build-deb.sh); the portability checks of 6 apply
+# to the default release profile only.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -103,4 +111,33 @@ assert rc in (0, 1, 3), rc
 assert isinstance(r["node"]["checks"], list) and r["node"]["checks"], "no node checks"
 PY
 ok "installed nccl-net-doctor runs (--json exit status $rc)"
+
+# Every NEEDED library of the packaged binaries is declared: glibc's by libc6, libgcc_s by libgcc-s1.
+depends="$(dpkg-deb -f "$main" Depends)"
+while read -r needed; do
+  case "$needed" in
+    libc.so.6 | libm.so.6 | libpthread.so.0 | libdl.so.2 | librt.so.1 | ld-linux-*.so.* | ld-linux.so.*) want=libc6 ;;
+    libgcc_s.so.1) want=libgcc-s1 ;;
+    *) fail "the packaged binaries need $needed, which no known package provides" ;;
+  esac
+  grep -Eq "(^|, )$want( |,|$)" <<<"$depends" || fail "$needed is needed but Depends ($depends) lacks $want"
+done < <(objdump -p "$scratch/main/$libdir/libnccl-net-ferro.so" "$doctor" | awk '$1 == "NEEDED" {print $2}' | sort -u)
+ok "Depends ($depends) declares every NEEDED library"
+
+if [[ "${FERRO_DEB_PROFILE:-release}" == release ]]; then
+  scripts/check-symbol-versions.sh --self-test
+  scripts/check-symbol-versions.sh 2.17 "$scratch/main/$libdir/libnccl-net-ferro.so" "$doctor" \
+    || fail "the packaged plugin or doctor needs a glibc newer than 2.17"
+  [[ "$depends" =~ libc6\ \(\>=\ 2\.([0-9]+)[^0-9] ]] && [[ "${BASH_REMATCH[1]}" -le 17 ]] \
+    || fail "Depends ($depends) asks for a libc6 newer than 2.17"
+  ok "the packaged binaries need glibc <= 2.17"
+  # The native debug build (test-all.sh builds it first), when there is one, is the control.
+  native=()
+  [[ -f target/debug/libnccl_net_ferro.so ]] && native=(target/debug/libnccl_net_ferro.so)
+  scripts/check-old-root.sh "$scratch/main/$libdir/libnccl-net-ferro.so" "$doctor" "${native[@]}" \
+    || fail "the packaged plugin and doctor in an old Debian root"
+  ok "the packaged plugin loads and the doctor runs in an old Debian root"
+else
+  echo "check-package: note: FERRO_DEB_PROFILE=$FERRO_DEB_PROFILE is a native build: no portability checks" >&2
+fi
 echo "check-package: all checks passed" >&2

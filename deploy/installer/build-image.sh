@@ -6,7 +6,7 @@
 # INPUT is one architecture's build of the plugin and the doctor, either
 #   - a Debian package from scripts/build-deb.sh (nccl-net-ferro_<version>_<arch>.deb), or
 #   - a directory or .tar.gz holding lib/libnccl-net-ferro.so and bin/nccl-net-doctor (the
-#     layout expected of the portable glibc-2.17 builds, which are not produced yet).
+#     layout of the portable glibc-2.17 builds, target/portable/<arch>/ from scripts/build-portable.sh).
 # At least one architecture is needed; the image covers the ones given. The script stages the
 # build context in target/installer-image/ (see Containerfile), checks that each binary is an
 # ELF file of its architecture whose glibc symbol versions the base image (Debian 12, glibc

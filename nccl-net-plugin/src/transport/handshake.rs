@@ -443,9 +443,17 @@ fn random_secret() -> Result<[u8; SECRET_SIZE]> {
     let mut s = [0u8; SECRET_SIZE];
     let mut filled = 0;
     while filled < SECRET_SIZE {
+        // The system call rather than glibc's getrandom(): that wrapper is glibc 2.25, and the
+        // plugin must load with glibc 2.17 (the portable build's symbol baseline).
         // SAFETY: writes at most SECRET_SIZE - filled bytes into the rest of `s`.
-        let n =
-            unsafe { libc::getrandom(s[filled..].as_mut_ptr().cast(), SECRET_SIZE - filled, 0) };
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getrandom,
+                s[filled..].as_mut_ptr(),
+                SECRET_SIZE - filled,
+                0,
+            )
+        };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == ErrorKind::Interrupted {
