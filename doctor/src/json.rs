@@ -61,6 +61,13 @@ pub fn to_json(r: &Report) -> Value {
         "config": {
             "summary": c.summary(),
             "warnings": r.config_warnings,
+            "nccl_variables": r.nccl_variables.iter().map(|v| json!({
+                "name": v.name,
+                "value": v.value,
+                "nccl_default": v.nccl_default,
+                "standing": v.standing.word(),
+                "note": v.standing.note(),
+            })).collect::<Vec<_>>(),
             "ib_disable": c.disable,
             "gid_index": c.gid_index,
             "addr_family": c.addr_family.to_string(),

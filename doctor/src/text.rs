@@ -20,6 +20,7 @@ pub fn render_text(r: &Report) -> String {
     for w in &r.config_warnings {
         wrap(&mut o, "  warning: ", "    ", w);
     }
+    render_nccl_variables(&mut o, &r.nccl_variables);
 
     o.push_str("\nlibibverbs\n");
     render_library(&mut o, &r.library);
@@ -54,6 +55,31 @@ pub fn render_text(r: &Report) -> String {
         wrap(&mut o, "  => ", "     ", &s);
     }
     o
+}
+
+/// NCCL 2.30's variables: one line each with the value here, NCCL's default and how the plugin
+/// stands to it (with how or why, for the variables that differ or do not apply and are set).
+fn render_nccl_variables(o: &mut String, rows: &[nccl_net_ferro::config::VariableRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    o.push_str("  NCCL 2.30 variables (value here; NCCL's default; this plugin):\n");
+    for row in rows {
+        let line = format!(
+            "{}={} (NCCL: {}; {})",
+            row.name,
+            row.value,
+            row.nccl_default,
+            row.standing.word()
+        );
+        let set = row.value != "unset";
+        let note = row.standing.note();
+        if set && !note.is_empty() && row.standing.word() == "does not apply" {
+            wrap(o, "    ", "        ", &format!("{line}: {note}"));
+        } else {
+            wrap(o, "    ", "        ", &line);
+        }
+    }
 }
 
 pub(crate) fn render_library(o: &mut String, lib: &Library) {

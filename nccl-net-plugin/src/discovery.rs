@@ -264,6 +264,22 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
             Vec::new()
         }
     };
+    // NCCL_IB_DEVICE_PCI_ORDER: by PCI address, so that nodes built alike number devices alike.
+    let names: Vec<String> = {
+        let paths: Vec<Option<&Path>> = names
+            .iter()
+            .map(|n| {
+                sys_devices
+                    .iter()
+                    .find(|d| &d.name == n)
+                    .and_then(|d| d.pci_path.as_deref())
+            })
+            .collect();
+        crate::rails::pci_order(&paths, cfg.device_pci_order)
+            .into_iter()
+            .map(|i| names[i].clone())
+            .collect()
+    };
     let mut devices = Vec::new();
     // The CUDA driver is probed once per process (only if there are devices to judge).
     let cuda: Option<CudaState> = (!names.is_empty()).then(ferro_dmabuf::cuda::probe_cuda);
