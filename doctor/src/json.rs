@@ -82,6 +82,7 @@ pub fn to_json(r: &Report) -> Value {
             "capabilities": lib.outcome.as_ref().ok().map(|caps| json!({
                 "ibv_reg_mr_iova2": caps.reg_mr_iova2,
                 "ibv_reg_dmabuf_mr": caps.reg_dmabuf_mr,
+                "ibv_query_port_speed": caps.query_port_speed,
             })),
             "error": lib.outcome.as_ref().err().map(|e| e.message.clone()),
             "hint": lib.outcome.as_ref().err().and_then(|e| e.hint.clone()),

@@ -99,6 +99,7 @@ pub(crate) fn report(devices: Vec<Device>) -> Report {
                 reg_dmabuf_mr: true,
                 query_gid_ex: true,
                 query_gid_table: true,
+                query_port_speed: false,
             }),
         },
         sysfs_root: PathBuf::from("/sys"),

@@ -164,6 +164,10 @@ settings! {
     /// without one last), so that nodes built alike number their devices alike; 0 keeps
     /// libibverbs' order ([`crate::rails::pci_order`]).
     device_pci_order: bool = "NCCL_IB_DEVICE_PCI_ORDER", true, flag;
+    /// `NCCL_IB_QUERY_PORT_SPEED` (NCCL 2.30.7): 1 takes a port's speed from
+    /// `ibv_query_port_speed` where libibverbs has it (rdma-core with `IBVERBS_1.16`), else
+    /// from `ibv_query_port`'s speed and width; 0 always from the latter.
+    query_port_speed: bool = "NCCL_IB_QUERY_PORT_SPEED", true, flag;
     /// `NCCL_IB_HCA` (NCCL 2.30's grammar, with rails and planes: [`HcaFilter`]).
     hca: Option<HcaFilter> = "NCCL_IB_HCA", None, hca, or "every device";
     /// `FERRO_GID_INDEX`: per-device GID indexes, overriding `NCCL_IB_GID_INDEX`.

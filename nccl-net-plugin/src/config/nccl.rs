@@ -102,11 +102,7 @@ pub const NCCL_2_30: &[NcclVariable] = &[
         "0",
         "this plugin does not intersect the two sides' member lists of a virtual NIC (members are paired by position over one QP per member pair), so there is no smaller intersection to warn about",
     ),
-    not_applicable(
-        "NCCL_IB_QUERY_PORT_SPEED",
-        "1",
-        "the speed comes from ibv_query_port's lane speed and width (sysfs rate as fallback); ibv_query_port_speed is not used yet",
-    ),
+    same("NCCL_IB_QUERY_PORT_SPEED", "1"),
     same("NCCL_IB_GID_INDEX", "-1"),
     same("NCCL_IB_ADDR_FAMILY", "AF_INET"),
     same("NCCL_IB_ADDR_RANGE", "unset"),
