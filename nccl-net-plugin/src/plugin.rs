@@ -224,6 +224,7 @@ fn build() -> std::result::Result<Plugin, Error> {
             let pci_c = d
                 .pci_path
                 .as_ref()
+                .map(|p| crate::rails::reported_pci_path(p, config.merge_vfs))
                 .and_then(|p| CString::new(p.to_string_lossy().into_owned()).ok());
             let (rail, plane) = config
                 .hca

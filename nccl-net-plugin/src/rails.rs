@@ -42,6 +42,34 @@ pub fn pci_order(paths: &[Option<&Path>], by_pci: bool) -> Vec<usize> {
     order
 }
 
+/// The PCI path reported to NCCL as `pciPath`: the device's own with its function digit zeroed
+/// (the ports of a multi-port NIC are one PCI device to NCCL's topology) and, with
+/// `NCCL_IB_MERGE_VFS=1`, its device number too (a virtual function is placed at its physical
+/// function), as NCCL's IB transport reports it. A path whose last component is not a PCI
+/// address (`dddd:bb:dd.f`) is kept as is.
+pub fn reported_pci_path(path: &Path, merge_vfs: bool) -> std::path::PathBuf {
+    let Some(last) = path.file_name().and_then(|n| n.to_str()) else {
+        return path.to_path_buf();
+    };
+    let b = last.as_bytes();
+    let is_addr = b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit());
+    if !is_addr {
+        return path.to_path_buf();
+    }
+    let mut out = last.to_string();
+    out.replace_range(11..12, "0");
+    if merge_vfs {
+        out.replace_range(8..10, "00");
+    }
+    path.with_file_name(out)
+}
+
 /// Why the planes of a host cannot be reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlaneError {
@@ -152,6 +180,24 @@ mod tests {
         let refs: Vec<Option<&Path>> = paths.iter().map(|x| x.as_deref()).collect();
         assert_eq!(pci_order(&refs, true), vec![3, 2, 0, 1, 4]);
         assert_eq!(pci_order(&refs, false), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn the_reported_pci_path_folds_ports_and_with_merge_vfs_virtual_functions() {
+        let vf = Path::new("/sys/devices/pci0000:00/0000:00:01.0/0000:03:02.5");
+        assert_eq!(
+            reported_pci_path(vf, false),
+            p("/sys/devices/pci0000:00/0000:00:01.0/0000:03:02.0")
+        );
+        assert_eq!(
+            reported_pci_path(vf, true),
+            p("/sys/devices/pci0000:00/0000:00:01.0/0000:03:00.0")
+        );
+        let odd = Path::new("/sys/devices/virtual/net/eth0");
+        assert_eq!(
+            reported_pci_path(odd, true),
+            p("/sys/devices/virtual/net/eth0")
+        );
     }
 
     #[test]

@@ -160,6 +160,10 @@ settings! {
     /// `NCCL_SOCKET_IFNAME`: which interfaces the out-of-band listener may bind (NCCL's
     /// syntax, matched by `oob::listen_ip`); `None` when unset or empty.
     socket_ifname: Option<String> = "NCCL_SOCKET_IFNAME", None, text;
+    /// `NCCL_IB_MERGE_VFS`: 1 reports a virtual function's `pciPath` at its physical function
+    /// (device number and function zeroed), so that NCCL's topology sees one NIC; 0 zeroes only
+    /// the function ([`crate::rails::reported_pci_path`]).
+    merge_vfs: bool = "NCCL_IB_MERGE_VFS", true, flag;
     /// `NCCL_IB_DEVICE_PCI_ORDER`: 1 lists the devices in the order of their PCI addresses (those
     /// without one last), so that nodes built alike number their devices alike; 0 keeps
     /// libibverbs' order ([`crate::rails::pci_order`]).

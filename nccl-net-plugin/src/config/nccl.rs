@@ -91,11 +91,7 @@ pub const NCCL_2_30: &[NcclVariable] = &[
     same("NCCL_IB_DISABLE", "0"),
     same("NCCL_IB_HCA", "unset (every device)"),
     same("NCCL_IB_DEVICE_PCI_ORDER", "1"),
-    not_applicable(
-        "NCCL_IB_MERGE_VFS",
-        "1",
-        "this plugin reports each device's own PCI path and numbers no ports across virtual functions; NCCL's topology groups the devices from those paths",
-    ),
+    same("NCCL_IB_MERGE_VFS", "1"),
     same("NCCL_IB_MERGE_NICS", "1"),
     not_applicable(
         "NCCL_IB_WARN_RAIL_LOCAL",
