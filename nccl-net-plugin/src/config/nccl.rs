@@ -145,12 +145,12 @@ pub const NCCL_2_30: &[NcclVariable] = &[
     not_applicable(
         "NCCL_IB_ECE_ENABLE",
         "1",
-        "enhanced connection establishment (ibv_query_ece / ibv_set_ece) is not exchanged in this plugin's handshake yet",
+        "enhanced connection establishment (ibv_query_ece / ibv_set_ece) is not exchanged in this plugin's handshake: the QPs are connected without it, as NCCL does where the provider lacks it",
     ),
     not_applicable(
         "NCCL_IB_MQP_RETRY_ALL",
         "0",
-        "QP state changes are not retried here yet: a failed ibv_modify_qp fails the connection at once",
+        "QP state changes are not retried here: NCCL sleeps between attempts (100 ms x attempt, about a minute in all) inside connect and accept, which never block here; a failed ibv_modify_qp fails the connection at once",
     ),
     not_applicable(
         "NCCL_IB_MQP_RETRY_CNT",
