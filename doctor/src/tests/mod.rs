@@ -691,6 +691,10 @@ fn the_configuration_section_lists_every_variable_nccl_2_30_reads() {
         "a set variable that does not apply says why: {text}"
     );
     assert!(
+        text.contains("NCCL_IB_QPS_PER_CONNECTION=1 (NCCL: 1; differs): must be equal"),
+        "one that differs always says how: {text}"
+    );
+    assert!(
         text.contains("NCCL_IB_DATA_DIRECT=unset (NCCL: 1; does not apply)\n"),
         "an unset one only says that it does not apply: {text}"
     );
