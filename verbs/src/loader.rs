@@ -131,6 +131,8 @@ pub type QueryGidTableFn = unsafe extern "C" fn(
 /// `ibv_query_port_speed(ctx, port, speed)`: the port's speed in units of 100 Mbps.
 pub type QueryPortSpeedFn =
     unsafe extern "C" fn(ctx: *mut ibv_context, port: u8, speed: *mut u64) -> c_int;
+/// `ibv_query_ece(qp, ece)` and `ibv_set_ece(qp, ece)`.
+pub type EceFn = unsafe extern "C" fn(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int;
 pub type ForkInitFn = unsafe extern "C" fn() -> c_int;
 pub type GetAsyncEventFn =
     unsafe extern "C" fn(ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int;
@@ -174,6 +176,10 @@ pub struct Verbs {
     /// `ibv_query_port_speed@IBVERBS_1.16`: the port's speed, including rates that
     /// `ibv_query_port`'s speed and width codes do not describe.
     pub query_port_speed: Option<QueryPortSpeedFn>,
+    /// `ibv_query_ece@IBVERBS_1.10` / `ibv_set_ece@IBVERBS_1.10` (rdma-core 31+): enhanced
+    /// connection establishment, where the provider has it.
+    pub query_ece: Option<EceFn>,
+    pub set_ece: Option<EceFn>,
 }
 
 /// What optional entry points the loaded library has, for reports.
@@ -327,6 +333,8 @@ pub fn load(lib: &str) -> Result<Verbs, LoadError> {
         query_gid_ex: optional!(l, "_ibv_query_gid_ex", "IBVERBS_1.11", QueryGidExFn),
         query_gid_table: optional!(l, "_ibv_query_gid_table", "IBVERBS_1.11", QueryGidTableFn),
         query_port_speed: optional!(l, "ibv_query_port_speed", "IBVERBS_1.16", QueryPortSpeedFn),
+        query_ece: optional!(l, "ibv_query_ece", "IBVERBS_1.10", EceFn),
+        set_ece: optional!(l, "ibv_set_ece", "IBVERBS_1.10", EceFn),
     })
 }
 

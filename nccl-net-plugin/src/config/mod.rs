@@ -160,6 +160,9 @@ settings! {
     /// `NCCL_SOCKET_IFNAME`: which interfaces the out-of-band listener may bind (NCCL's
     /// syntax, matched by `oob::listen_ip`); `None` when unset or empty.
     socket_ifname: Option<String> = "NCCL_SOCKET_IFNAME", None, text;
+    /// `NCCL_IB_ECE_ENABLE`: 1 exchanges each QP's enhanced connection establishment options
+    /// in the handshake (`ibv_query_ece` / `ibv_set_ece`) where the provider has them.
+    ece_enable: bool = "NCCL_IB_ECE_ENABLE", true, flag;
     /// `NCCL_IB_MERGE_VFS`: 1 reports a virtual function's `pciPath` at its physical function
     /// (device number and function zeroed), so that NCCL's topology sees one NIC; 0 zeroes only
     /// the function ([`crate::rails::reported_pci_path`]).

@@ -142,11 +142,7 @@ pub const NCCL_2_30: &[NcclVariable] = &[
         "2",
         "1 and 2 both request relaxed ordering only through ibv_reg_mr_iova2 (NCCL's 1 asks for it without checking)",
     ),
-    not_applicable(
-        "NCCL_IB_ECE_ENABLE",
-        "1",
-        "enhanced connection establishment (ibv_query_ece / ibv_set_ece) is not exchanged in this plugin's handshake: the QPs are connected without it, as NCCL does where the provider lacks it",
-    ),
+    same("NCCL_IB_ECE_ENABLE", "1"),
     not_applicable(
         "NCCL_IB_MQP_RETRY_ALL",
         "0",
