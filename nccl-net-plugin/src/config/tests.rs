@@ -281,3 +281,39 @@ fn merging_and_returning_async_events_are_on_unless_set_to_zero() {
         "{w:?}"
     );
 }
+
+#[test]
+fn the_2_30_switches_are_on_by_default_and_off_at_zero() {
+    let (c, w) = parse(&[]);
+    assert!(w.is_empty(), "{w:?}");
+    assert!(c.ece_enable && c.merge_vfs && c.device_pci_order && c.query_port_speed);
+    let (c, w) = parse(&[
+        ("NCCL_IB_ECE_ENABLE", "0"),
+        ("NCCL_IB_MERGE_VFS", "0"),
+        ("NCCL_IB_DEVICE_PCI_ORDER", "0"),
+        ("NCCL_IB_QUERY_PORT_SPEED", "0"),
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    assert!(!c.ece_enable && !c.merge_vfs && !c.device_pci_order && !c.query_port_speed);
+    assert!(
+        c.summary().contains(
+            " NCCL_IB_ECE_ENABLE=0 NCCL_IB_MERGE_VFS=0 NCCL_IB_DEVICE_PCI_ORDER=0 NCCL_IB_QUERY_PORT_SPEED=0 "
+        ),
+        "{}",
+        c.summary()
+    );
+    let (c, w) = parse(&[("NCCL_IB_ECE_ENABLE", "2")]);
+    assert!(c.ece_enable);
+    assert_eq!(
+        w,
+        ["NCCL_IB_ECE_ENABLE=2 is outside 0..=1; using the default 1"]
+    );
+}
+
+#[test]
+fn a_rail_and_plane_in_nccl_ib_hca_are_taken_and_shown_as_given() {
+    let (c, w) = parse(&[("NCCL_IB_HCA", "=rxe0:1:4:2")]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(c.hca.as_ref().unwrap().rail_plane("rxe0", 1), (4, 2));
+    assert!(c.summary().contains(" NCCL_IB_HCA==rxe0:1:4:2 "));
+}
