@@ -26,6 +26,8 @@ pub fn collect(sys_root: &Path) -> Report {
 pub fn collect_at(roots: &Roots) -> Report {
     let sys_root = roots.sys.as_path();
     let (config, config_warnings) = Config::from_env();
+    let nccl_variables =
+        nccl_net_ferro::config::nccl::rows(&config.summary(), &|n| std::env::var(n).ok());
     let override_value = config.ibverbs_lib.clone();
     let _ = ferro_verbs::loader::open(override_value.as_deref());
     let disc = discover(sys_root, &config);
@@ -77,6 +79,7 @@ pub fn collect_at(roots: &Roots) -> Report {
         plugin_version: nccl_net_ferro::VERSION.to_string(),
         config,
         config_warnings,
+        nccl_variables,
         library,
         sysfs_root: sys_root.to_path_buf(),
         devices,

@@ -61,6 +61,13 @@ pub fn to_json(r: &Report) -> Value {
         "config": {
             "summary": c.summary(),
             "warnings": r.config_warnings,
+            "nccl_variables": r.nccl_variables.iter().map(|v| json!({
+                "name": v.name,
+                "value": v.value,
+                "nccl_default": v.nccl_default,
+                "standing": v.standing.word(),
+                "note": v.standing.note(),
+            })).collect::<Vec<_>>(),
             "ib_disable": c.disable,
             "gid_index": c.gid_index,
             "addr_family": c.addr_family.to_string(),
@@ -75,6 +82,7 @@ pub fn to_json(r: &Report) -> Value {
             "capabilities": lib.outcome.as_ref().ok().map(|caps| json!({
                 "ibv_reg_mr_iova2": caps.reg_mr_iova2,
                 "ibv_reg_dmabuf_mr": caps.reg_dmabuf_mr,
+                "ibv_query_port_speed": caps.query_port_speed,
             })),
             "error": lib.outcome.as_ref().err().map(|e| e.message.clone()),
             "hint": lib.outcome.as_ref().err().and_then(|e| e.hint.clone()),

@@ -4,7 +4,7 @@ use crate::*;
 use ferro_verbs::gid::GidChoice;
 use ferro_verbs::loader::Capabilities;
 use ferro_verbs::sysfs::{GidEntry, IommuMode, LinkLayer, PortState};
-use nccl_net_ferro::config::Config;
+use nccl_net_ferro::config::{Config, VariableRow};
 use std::path::PathBuf;
 
 /// Everything the doctor found; plain data (see the module documentation).
@@ -18,6 +18,9 @@ pub struct Report {
     pub config: Config,
     /// Rejected settings.
     pub config_warnings: Vec<String>,
+    /// Every variable NCCL 2.30's IB transport reads, its value here and how the plugin stands
+    /// to it (the README's table).
+    pub nccl_variables: Vec<VariableRow>,
     /// libibverbs.
     pub library: Library,
     /// The sysfs tree that was read.

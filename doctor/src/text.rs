@@ -4,6 +4,7 @@ use crate::node::limits::unlimited_or_bytes;
 use crate::*;
 use ferro_verbs::loader::LIB_ENV;
 use ferro_verbs::sysfs::{GidEntry, format_guid};
+use nccl_net_ferro::config::Standing;
 use std::fmt::Write as _;
 
 /// The one-screen text report.
@@ -20,6 +21,7 @@ pub fn render_text(r: &Report) -> String {
     for w in &r.config_warnings {
         wrap(&mut o, "  warning: ", "    ", w);
     }
+    render_nccl_variables(&mut o, &r.nccl_variables);
 
     o.push_str("\nlibibverbs\n");
     render_library(&mut o, &r.library);
@@ -56,6 +58,33 @@ pub fn render_text(r: &Report) -> String {
     o
 }
 
+/// NCCL 2.30's variables: one line each with the value here, NCCL's default and how the plugin
+/// stands to it (with how, for the variables that differ, and why, for the ones that do not apply
+/// and are set).
+fn render_nccl_variables(o: &mut String, rows: &[nccl_net_ferro::config::VariableRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    o.push_str("  NCCL 2.30 variables (value here; NCCL's default; this plugin):\n");
+    for row in rows {
+        let line = format!(
+            "{}={} (NCCL: {}; {})",
+            row.name,
+            row.value,
+            row.nccl_default,
+            row.standing.word()
+        );
+        let set = row.value != "unset";
+        let note = row.standing.note();
+        let differs = matches!(row.standing, Standing::Differs(_));
+        if !note.is_empty() && (differs || set) {
+            wrap(o, "    ", "        ", &format!("{line}: {note}"));
+        } else {
+            wrap(o, "    ", "        ", &line);
+        }
+    }
+}
+
 pub(crate) fn render_library(o: &mut String, lib: &Library) {
     let ov = match &lib.override_value {
         Some(v) => format!("{LIB_ENV}={v:?}"),
@@ -78,6 +107,12 @@ pub(crate) fn render_library(o: &mut String, lib: &Library) {
                 o,
                 "  ibv_reg_mr_iova2: {iova2}; ibv_reg_dmabuf_mr: {dmabuf}"
             );
+            let speed = if caps.query_port_speed {
+                "yes"
+            } else {
+                "no (speeds from ibv_query_port's speed and width codes)"
+            };
+            let _ = writeln!(o, "  ibv_query_port_speed: {speed}");
         }
         Err(e) => {
             wrap(o, "  NOT LOADED: ", "    ", &e.message);

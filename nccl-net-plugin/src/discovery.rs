@@ -145,12 +145,27 @@ fn fw_string(raw: &[core::ffi::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// A port's speed in Mbps: `ibv_query_port_speed`'s answer (`queried`, when asked for and
+/// non-zero), else the speed and width codes of `ibv_query_port`, else sysfs `rate`.
+pub fn port_speed_mbps(
+    queried: Option<u64>,
+    from_codes: Option<u32>,
+    from_sysfs: Option<u32>,
+) -> Option<u32> {
+    queried
+        .filter(|s| *s > 0)
+        .map(|s| u32::try_from(s).unwrap_or(u32::MAX))
+        .or(from_codes)
+        .or(from_sysfs)
+}
+
 fn port_report(
     dev: &str,
     attr: &ibv_port_attr,
     num: u8,
     sys: Option<&SysPort>,
     cfg: &Config,
+    queried_mbps: Option<u64>,
 ) -> PortReport {
     let link_layer = match sys {
         Some(s) if !matches!(s.link_layer, LinkLayer::Unknown(_)) => s.link_layer.clone(),
@@ -162,8 +177,11 @@ fn port_report(
         Some(l) => format!("{l}X {}", sysfs::speed_name(attr.active_speed)),
         None => sysfs::speed_name(attr.active_speed).to_string(),
     };
-    let speed_mbps = sysfs::ib_speed_mbps(attr.active_speed, attr.active_width)
-        .or_else(|| sys.and_then(|s| s.rate.as_ref()).map(|r| r.mbps()));
+    let speed_mbps = port_speed_mbps(
+        queried_mbps,
+        sysfs::ib_speed_mbps(attr.active_speed, attr.active_width),
+        sys.and_then(|s| s.rate.as_ref()).map(|r| r.mbps()),
+    );
     let table = sys.map(|s| s.gids.as_slice()).unwrap_or(&[]);
     let gid = select_gid(&link_layer, table, &cfg.gid_policy_for(dev, num));
     let verdict = port_verdict(cfg, dev, num, state, &link_layer, &gid);
@@ -264,6 +282,22 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
             Vec::new()
         }
     };
+    // NCCL_IB_DEVICE_PCI_ORDER: by PCI address, so that nodes built alike number devices alike.
+    let names: Vec<String> = {
+        let paths: Vec<Option<&Path>> = names
+            .iter()
+            .map(|n| {
+                sys_devices
+                    .iter()
+                    .find(|d| &d.name == n)
+                    .and_then(|d| d.pci_path.as_deref())
+            })
+            .collect();
+        crate::rails::pci_order(&paths, cfg.device_pci_order)
+            .into_iter()
+            .map(|i| names[i].clone())
+            .collect()
+    };
     let mut devices = Vec::new();
     // The CUDA driver is probed once per process (only if there are devices to judge).
     let cuda: Option<CudaState> = (!names.is_empty()).then(ferro_dmabuf::cuda::probe_cuda);
@@ -308,7 +342,17 @@ pub fn discover(sys_root: &Path, cfg: &Config) -> Discovery {
                 for (num, pa) in attrs {
                     let sys_port = rep.sys.as_ref().and_then(|s| s.port(num));
                     match pa {
-                        Ok(pa) => rep.ports.push(port_report(&name, &pa, num, sys_port, cfg)),
+                        Ok(pa) => {
+                            // NCCL_IB_QUERY_PORT_SPEED: where libibverbs has the call; a
+                            // failure falls back to the codes, as NCCL does.
+                            let queried = if cfg.query_port_speed {
+                                ctx.query_port_speed(num).and_then(|r| r.ok())
+                            } else {
+                                None
+                            };
+                            rep.ports
+                                .push(port_report(&name, &pa, num, sys_port, cfg, queried))
+                        }
                         Err(e) => errors.push(e.to_string()),
                     }
                 }
@@ -363,6 +407,22 @@ mod tests {
             Err(GidError::NoUsableGid("only link-local GIDs".into()))
         };
         port_verdict(cfg, "rxe0", 1, state, &ll, &gid)
+    }
+
+    #[test]
+    fn the_queried_port_speed_wins_over_the_codes_and_sysfs_unless_absent_or_zero() {
+        assert_eq!(
+            port_speed_mbps(Some(800_000), Some(400_000), Some(1)),
+            Some(800_000)
+        );
+        assert_eq!(
+            port_speed_mbps(Some(0), Some(400_000), Some(1)),
+            Some(400_000)
+        );
+        assert_eq!(port_speed_mbps(None, Some(400_000), Some(1)), Some(400_000));
+        assert_eq!(port_speed_mbps(None, None, Some(10_000)), Some(10_000));
+        assert_eq!(port_speed_mbps(None, None, None), None);
+        assert_eq!(port_speed_mbps(Some(u64::MAX), None, None), Some(u32::MAX));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod mrcache;
 pub mod oob;
 pub mod plugin;
 pub mod profiler;
+pub mod rails;
 mod shim;
 pub mod stats;
 mod sync;

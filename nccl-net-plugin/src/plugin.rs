@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::discovery::{Discovery, PortVerdict, discover};
 use crate::error::{Error, Result};
 use crate::mrcache::RegCache;
+use crate::rails::RailPlane;
 use crate::{info, warn};
 use ferro_dmabuf::GdrDecision;
 use ferro_ffi::{NCCL_PTR_HOST, log_flags::*};
@@ -40,6 +41,8 @@ pub struct NetDevice {
     pub netdev: Option<String>,
     pub guid: u64,
     pub max_qp: i32,
+    /// Its rail, plane and plane index (`NCCL_IB_HCA`'s `<hca>:<port>:<rail>:<plane>`).
+    pub rail_plane: RailPlane,
     // Owned strings the properties point into; they live as long as the process (static state).
     name_c: CString,
     pci_c: Option<CString>,
@@ -78,6 +81,8 @@ impl NetDevice {
             max_recvs: MAX_RECVS as i32,
             members: vec![self.index],
             max_p2p_bytes: self.max_request_bytes(),
+            rail_id: self.rail_plane.rail,
+            plane_id: self.rail_plane.plane,
         }
     }
 
@@ -119,6 +124,9 @@ pub struct DeviceProps {
     pub members: Vec<usize>,
     /// Most bytes one `isend`/`irecv` buffer may carry (`maxP2pBytes`, `maxCollBytes`).
     pub max_p2p_bytes: u64,
+    /// `railId` / `planeId` (v12; -1: undefined), see [`crate::rails`].
+    pub rail_id: i16,
+    pub plane_id: i16,
 }
 
 /// The initialised plugin.
@@ -216,7 +224,14 @@ fn build() -> std::result::Result<Plugin, Error> {
             let pci_c = d
                 .pci_path
                 .as_ref()
+                .map(|p| crate::rails::reported_pci_path(p, config.merge_vfs))
                 .and_then(|p| CString::new(p.to_string_lossy().into_owned()).ok());
+            let (rail, plane) = config
+                .hca
+                .as_ref()
+                .map_or((crate::rails::UNDEF, crate::rails::UNDEF), |h| {
+                    h.rail_plane(&d.name, p.num)
+                });
             devices.push(NetDevice {
                 index: devices.len(),
                 ibdev: d.name.clone(),
@@ -236,6 +251,11 @@ fn build() -> std::result::Result<Plugin, Error> {
                 netdev: p.sys.as_ref().and_then(|s| s.netdev.clone()),
                 guid: d.sys_image_guid,
                 max_qp: d.max_qp,
+                rail_plane: RailPlane {
+                    rail,
+                    plane,
+                    plane_index: 0,
+                },
                 name_c: CString::new(d.name.clone()).unwrap_or_default(),
                 pci_c,
                 pd: pd.clone(),
@@ -257,6 +277,12 @@ fn build() -> std::result::Result<Plugin, Error> {
             "no usable RDMA device: {seen}; NCCL will use its next network transport"
         )));
     }
+    // Plane indexes are counted in device order (after the PCI sort), as NCCL counts them.
+    let planes: Vec<i16> = devices.iter().map(|d| d.rail_plane.plane).collect();
+    let indexes = crate::rails::plane_indexes(&planes).map_err(|e| Error::Usage(e.to_string()))?;
+    for (d, i) in devices.iter_mut().zip(indexes) {
+        d.rail_plane.plane_index = i;
+    }
     let list: Vec<String> = devices
         .iter()
         .map(|d| {
@@ -268,8 +294,14 @@ fn build() -> std::result::Result<Plugin, Error> {
                 .netdev
                 .as_ref()
                 .map_or(String::new(), |n| format!(" via {n}"));
+            let rp = &d.rail_plane;
+            let rail_plane = if (rp.rail, rp.plane) == (crate::rails::UNDEF, crate::rails::UNDEF) {
+                String::new()
+            } else {
+                format!(" rail {} plane {}", rp.rail, rp.plane)
+            };
             format!(
-                "[{}]{}:{}/{}{}{} {} Mbps",
+                "[{}]{}:{}/{}{}{}{} {} Mbps",
                 d.index,
                 d.ibdev,
                 d.port,
@@ -280,6 +312,7 @@ fn build() -> std::result::Result<Plugin, Error> {
                 },
                 via,
                 gid,
+                rail_plane,
                 d.speed_mbps
             )
         })

@@ -76,6 +76,9 @@ impl VDevice {
             return first;
         }
         let all = || self.members.iter().map(|m| m.properties());
+        let rail_planes: Vec<crate::rails::RailPlane> =
+            self.members.iter().map(|m| m.rail_plane).collect();
+        let (rail_id, plane_id) = crate::rails::fused(&rail_planes);
         DeviceProps {
             name: self.name_c.as_ptr().cast_mut(),
             ptr_support: all().fold(first.ptr_support, |acc, p| acc & p.ptr_support),
@@ -84,6 +87,8 @@ impl VDevice {
             max_comms: all().map(|p| p.max_comms).min().unwrap_or(first.max_comms),
             members: self.members.iter().map(|m| m.index).collect(),
             max_p2p_bytes: self.max_request_bytes(),
+            rail_id,
+            plane_id,
             ..first
         }
     }

@@ -47,6 +47,7 @@ fn a_client_with_the_wrong_listen_secret_is_refused_while_the_real_peer_connects
         }],
         mr_addr: 0x1000,
         qpns: vec![17],
+        eces: Vec::new(),
         secret,
     });
     let mut stray = std::net::TcpStream::connect(addr).unwrap();

@@ -42,7 +42,8 @@ pub mod wire;
 /// Wire protocol version carried in the listen handle and every handshake message. Peers with a
 /// different version refuse to connect, with an error naming both versions. Version 4: `Connect`
 /// and `Accept` carry the connection's traffic class and service level ([`path::QpPath`]).
-pub const WIRE_VERSION: u16 = 4;
+/// Version 5: they also carry each QP's enhanced connection establishment ([`wire::Ece`]).
+pub const WIRE_VERSION: u16 = 5;
 /// `"FERRONET"` as a little-endian u64: first bytes of the handle and of every message.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FERRONET");
 /// Slots in the CTS FIFO: receives one comm can have posted at once (NCCL's request limit).

@@ -19,6 +19,12 @@
 //! rather than as an optional trailer: a peer of version 3 would either refuse the extra bytes
 //! with a puzzling "trailing bytes" or, the other way round, leave the receiver to guess the
 //! class, so mixed versions are refused up front with the version error instead.
+//!
+//! Version 5 adds, after the QP numbers, each QP's enhanced connection establishment
+//! ([`Ece`], `NCCL_IB_ECE_ENABLE`): none at all (a count of 0: the side's provider has none, or
+//! it is off), or one optional entry per QP. The connecting side sends what its QPs support;
+//! the accepting side sets that on its QPs and answers with what they then report (the
+//! options both support); the connecting side sets the answer on its QPs before they connect.
 
 use crate::handle::SECRET_SIZE;
 use crate::path::{MAX_SL, QpPath};
@@ -72,6 +78,18 @@ pub struct DevMeta {
     pub mr_rkey: u32,
 }
 
+/// One QP's enhanced connection establishment (`struct ibv_ece`): the vendor, the options it
+/// supports or agreed on, and which fields are valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
+/// Bytes of one optional [`Ece`] on the wire: a presence byte and three u32.
+const ECE_BYTES: usize = 13;
+
 /// Bytes of one [`DevMeta`] on the wire.
 const DEV_META_BYTES: usize = 32;
 
@@ -92,6 +110,9 @@ pub struct QpMeta {
     /// The QPs, `qps_per_conn x max(this side's, the peer's member count)`; QP `q` is on member
     /// `q % devs.len()`.
     pub qpns: Vec<u32>,
+    /// Each QP's enhanced connection establishment, in `qpns` order (`None`: that QP has none);
+    /// empty when the side has none at all.
+    pub eces: Vec<Option<Ece>>,
     /// Connect: the listener's secret from the handle (proves the connector holds the handle).
     /// Accept: zero.
     pub secret: [u8; SECRET_SIZE],
@@ -182,7 +203,9 @@ fn header(kind: Kind, body_len: usize) -> Vec<u8> {
 }
 
 fn meta_body(m: &QpMeta) -> Vec<u8> {
-    let mut b = Vec::with_capacity(32 + DEV_META_BYTES * m.devs.len() + 4 * m.qpns.len());
+    let mut b = Vec::with_capacity(
+        36 + DEV_META_BYTES * m.devs.len() + 4 * m.qpns.len() + ECE_BYTES * m.eces.len(),
+    );
     b.extend_from_slice(&m.secret);
     b.extend_from_slice(&m.qps_per_conn.to_le_bytes());
     b.push(u8::from(m.split));
@@ -202,6 +225,15 @@ fn meta_body(m: &QpMeta) -> Vec<u8> {
     b.extend_from_slice(&(m.qpns.len() as u32).to_le_bytes());
     for q in &m.qpns {
         b.extend_from_slice(&q.to_le_bytes());
+    }
+    b.extend_from_slice(&(m.eces.len() as u32).to_le_bytes());
+    for e in &m.eces {
+        let e = e.as_ref();
+        b.push(u8::from(e.is_some()));
+        let e = e.copied().unwrap_or_default();
+        b.extend_from_slice(&e.vendor_id.to_le_bytes());
+        b.extend_from_slice(&e.options.to_le_bytes());
+        b.extend_from_slice(&e.comp_mask.to_le_bytes());
     }
     b
 }
@@ -387,6 +419,22 @@ fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
     for _ in 0..count {
         qpns.push(c.u32()?);
     }
+    let neces = c.u32()? as usize;
+    if neces != 0 && neces != count {
+        return Err(WireError::Malformed(
+            "ECE entries neither absent nor one per QP",
+        ));
+    }
+    let mut eces = Vec::with_capacity(neces);
+    for _ in 0..neces {
+        let present = c.u8()? != 0;
+        let e = Ece {
+            vendor_id: c.u32()?,
+            options: c.u32()?,
+            comp_mask: c.u32()?,
+        };
+        eces.push(present.then_some(e));
+    }
     if !c.0.is_empty() {
         return Err(WireError::Malformed("trailing bytes"));
     }
@@ -397,6 +445,7 @@ fn decode_meta(body: &[u8]) -> Result<QpMeta, WireError> {
         devs,
         mr_addr,
         qpns,
+        eces,
         secret,
     })
 }
@@ -503,6 +552,7 @@ mod tests {
             devs: vec![dev(0)],
             mr_addr: 0x1234_5678_9abc,
             qpns: (0..u32::from(nqps)).map(|i| 100 + i).collect(),
+            eces: Vec::new(),
             secret: [9; SECRET_SIZE],
         }
     }
@@ -594,17 +644,49 @@ mod tests {
     }
 
     #[test]
+    fn ece_entries_travel_per_qp_or_not_at_all() {
+        let e = Ece {
+            vendor_id: 0x02c9,
+            options: 0x3000_0000,
+            comp_mask: 1,
+        };
+        let mut m = vmeta(2, 2, 1);
+        m.eces = vec![Some(e), None, Some(e), Some(Ece::default())];
+        let msg = Msg::Accept(m.clone());
+        let bytes = encode(&msg);
+        assert_eq!(feed_bytewise(&bytes), Ok(Some(msg)));
+        assert_eq!(
+            bytes.len(),
+            encode(&Msg::Accept(QpMeta {
+                eces: Vec::new(),
+                ..m.clone()
+            }))
+            .len()
+                + 4 * ECE_BYTES
+        );
+        m.eces.pop();
+        assert!(matches!(
+            feed_bytewise(&encode(&Msg::Accept(m))),
+            Err(WireError::Malformed(_))
+        ));
+    }
+
+    #[test]
     fn the_handshake_messages_keep_their_bytes() {
         // Kinds 1 to 4 and the header are what peers of this wire version speak (version 4:
-        // the traffic class and service level after the device count).
+        // the traffic class and service level after the device count; version 5: the ECE
+        // entries after the QP numbers).
         assert_eq!(
             encode(&Msg::Ready),
-            [&MAGIC.to_le_bytes()[..], &[4, 0, 3, 0, 0, 0, 0, 0]].concat()
+            [&MAGIC.to_le_bytes()[..], &[5, 0, 3, 0, 0, 0, 0, 0]].concat()
         );
         let r = encode(&Msg::Reject("no".into()));
         assert_eq!((r[10], r[12], &r[16..]), (4, 2, &b"no"[..]));
         let c = encode(&Msg::Connect(meta(1)));
-        assert_eq!((c[10], c.len()), (1, HEADER + 30 + DEV_META_BYTES + 4 + 4));
+        assert_eq!(
+            (c[10], c.len()),
+            (1, HEADER + 30 + DEV_META_BYTES + 4 + 4 + 4)
+        );
         assert_eq!(&c[16..32], &[9; SECRET_SIZE]);
         // qps_per_conn, split, device count, traffic class, service level.
         assert_eq!(&c[32..38], &[1, 0, 1, 1, 106, 5]);

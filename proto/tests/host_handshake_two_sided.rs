@@ -43,6 +43,7 @@ fn side(settings: Settings, link_layer: u8, devs: usize, nqps: usize, base: u32)
                 .collect(),
             mr_addr: u64::from(base) << 20,
             qpns: (0..nqps as u32).map(|q| base + q).collect(),
+            eces: Vec::new(),
             secret: [0; SECRET_SIZE],
         },
         names: (0..devs).map(|i| format!("dev{base}_{i}")).collect(),

@@ -293,6 +293,23 @@ impl Context {
     }
 }
 
+impl Context {
+    /// The port's speed in Mbps from `ibv_query_port_speed` (which answers in units of 100
+    /// Mbps). `None` when libibverbs lacks the call.
+    pub fn query_port_speed(&self, port: u8) -> Option<Result<u64>> {
+        let f = self.v.query_port_speed?;
+        let mut speed: u64 = 0;
+        // SAFETY: live context; `speed` is a valid u64 the call writes.
+        let rc = unsafe { f(self.as_ptr(), port, &mut speed) };
+        if rc != 0 {
+            return Some(Err(
+                Error::new("ibv_query_port_speed", rc).context(self.name.clone())
+            ));
+        }
+        Some(Ok(speed.saturating_mul(100)))
+    }
+}
+
 impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: the context is live and every child holds an Arc to it, so none remains.

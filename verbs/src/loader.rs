@@ -128,6 +128,11 @@ pub type QueryGidTableFn = unsafe extern "C" fn(
     flags: u32,
     entry_size: usize,
 ) -> isize;
+/// `ibv_query_port_speed(ctx, port, speed)`: the port's speed in units of 100 Mbps.
+pub type QueryPortSpeedFn =
+    unsafe extern "C" fn(ctx: *mut ibv_context, port: u8, speed: *mut u64) -> c_int;
+/// `ibv_query_ece(qp, ece)` and `ibv_set_ece(qp, ece)`.
+pub type EceFn = unsafe extern "C" fn(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int;
 pub type ForkInitFn = unsafe extern "C" fn() -> c_int;
 pub type GetAsyncEventFn =
     unsafe extern "C" fn(ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int;
@@ -168,6 +173,13 @@ pub struct Verbs {
     pub query_gid_ex: Option<QueryGidExFn>,
     /// `_ibv_query_gid_table@IBVERBS_1.11` (rdma-core 32+): the whole GID table at once.
     pub query_gid_table: Option<QueryGidTableFn>,
+    /// `ibv_query_port_speed@IBVERBS_1.16`: the port's speed, including rates that
+    /// `ibv_query_port`'s speed and width codes do not describe.
+    pub query_port_speed: Option<QueryPortSpeedFn>,
+    /// `ibv_query_ece@IBVERBS_1.10` / `ibv_set_ece@IBVERBS_1.10` (rdma-core 31+): enhanced
+    /// connection establishment, where the provider has it.
+    pub query_ece: Option<EceFn>,
+    pub set_ece: Option<EceFn>,
 }
 
 /// What optional entry points the loaded library has, for reports.
@@ -177,6 +189,7 @@ pub struct Capabilities {
     pub reg_dmabuf_mr: bool,
     pub query_gid_ex: bool,
     pub query_gid_table: bool,
+    pub query_port_speed: bool,
 }
 
 impl Verbs {
@@ -186,6 +199,7 @@ impl Verbs {
             reg_dmabuf_mr: self.reg_dmabuf_mr.is_some(),
             query_gid_ex: self.query_gid_ex.is_some(),
             query_gid_table: self.query_gid_table.is_some(),
+            query_port_speed: self.query_port_speed.is_some(),
         }
     }
 
@@ -318,6 +332,9 @@ pub fn load(lib: &str) -> Result<Verbs, LoadError> {
         query_qp: optional!(l, "ibv_query_qp", "IBVERBS_1.1", QueryQpFn),
         query_gid_ex: optional!(l, "_ibv_query_gid_ex", "IBVERBS_1.11", QueryGidExFn),
         query_gid_table: optional!(l, "_ibv_query_gid_table", "IBVERBS_1.11", QueryGidTableFn),
+        query_port_speed: optional!(l, "ibv_query_port_speed", "IBVERBS_1.16", QueryPortSpeedFn),
+        query_ece: optional!(l, "ibv_query_ece", "IBVERBS_1.10", EceFn),
+        set_ece: optional!(l, "ibv_set_ece", "IBVERBS_1.10", EceFn),
     })
 }
 

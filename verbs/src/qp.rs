@@ -100,6 +100,40 @@ impl Qp {
         Ok(())
     }
 
+    /// `ibv_query_ece`: the QP's enhanced connection establishment options; `Ok(None)` when
+    /// libibverbs lacks the call or the provider does not support it (`EOPNOTSUPP`).
+    pub fn query_ece(&self) -> Result<Option<ibv_ece>> {
+        let Some(f) = self.pd.ctx.v.query_ece else {
+            return Ok(None);
+        };
+        let mut ece = ibv_ece::default();
+        // SAFETY: live QP; `ece` is a valid struct the call writes.
+        let rc = unsafe { f(self.as_ptr(), &mut ece) };
+        match rc {
+            0 => Ok(Some(ece)),
+            rc if rc.abs() == libc::EOPNOTSUPP => Ok(None),
+            rc => Err(Error::new("ibv_query_ece", rc.abs())
+                .context(format!("{} qpn {}", self.pd.ctx.name, self.qpn))),
+        }
+    }
+
+    /// `ibv_set_ece`: sets the options the peer reported; `Ok(false)` when libibverbs lacks the
+    /// call or the provider does not support it (`EOPNOTSUPP`).
+    pub fn set_ece(&self, ece: &ibv_ece) -> Result<bool> {
+        let Some(f) = self.pd.ctx.v.set_ece else {
+            return Ok(false);
+        };
+        let mut ece = *ece;
+        // SAFETY: live QP; `ece` is a valid struct the call reads.
+        let rc = unsafe { f(self.as_ptr(), &mut ece) };
+        match rc {
+            0 => Ok(true),
+            rc if rc.abs() == libc::EOPNOTSUPP => Ok(false),
+            rc => Err(Error::new("ibv_set_ece", rc.abs())
+                .context(format!("{} qpn {}", self.pd.ctx.name, self.qpn))),
+        }
+    }
+
     /// `ibv_query_qp` of the attributes in `mask` (`EOPNOTSUPP` when libibverbs lacks it).
     pub fn query(&self, mask: c_int) -> Result<ibv_qp_attr> {
         let Some(f) = self.pd.ctx.v.query_qp else {

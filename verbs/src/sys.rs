@@ -398,6 +398,15 @@ pub struct ibv_wc {
     pub dlid_path_bits: u8,
 }
 
+/// `struct ibv_ece` (rdma-core 31+): a QP's enhanced connection establishment options.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
 /// `struct ibv_gid_entry` (rdma-core 32+): one entry of `_ibv_query_gid_table`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]

@@ -88,6 +88,9 @@ pub(crate) fn report(devices: Vec<Device>) -> Report {
         plugin_version: "0.1.0".into(),
         config: Config::default(),
         config_warnings: Vec::new(),
+        nccl_variables: nccl_net_ferro::config::nccl::rows(&Config::default().summary(), &|n| {
+            (n == "NCCL_IB_OOO_RQ").then(|| "1".to_string())
+        }),
         library: Library {
             name: "libibverbs.so.1".into(),
             override_value: None,
@@ -96,6 +99,7 @@ pub(crate) fn report(devices: Vec<Device>) -> Report {
                 reg_dmabuf_mr: true,
                 query_gid_ex: true,
                 query_gid_table: true,
+                query_port_speed: false,
             }),
         },
         sysfs_root: PathBuf::from("/sys"),
@@ -670,3 +674,37 @@ fn a_failed_node_check_makes_the_exit_status_3_and_shows_in_every_renderer() {
 }
 
 mod options;
+
+#[test]
+fn the_configuration_section_lists_every_variable_nccl_2_30_reads() {
+    let r = report(vec![device("rxe0", vec![rxe_port()])]);
+    let text = render_text(&r);
+    for v in nccl_net_ferro::config::NCCL_2_30 {
+        assert!(text.contains(&format!("{}=", v.name)), "{} missing", v.name);
+    }
+    assert!(
+        text.contains("NCCL_IB_TIMEOUT=20 (NCCL: 20; same)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("NCCL_IB_OOO_RQ=1 (NCCL: 0; does not apply): needs mlx5 direct verbs"),
+        "a set variable that does not apply says why: {text}"
+    );
+    assert!(
+        text.contains("NCCL_IB_QPS_PER_CONNECTION=1 (NCCL: 1; differs): must be equal"),
+        "one that differs always says how: {text}"
+    );
+    assert!(
+        text.contains("NCCL_IB_DATA_DIRECT=unset (NCCL: 1; does not apply)\n"),
+        "an unset one only says that it does not apply: {text}"
+    );
+    let v: Value = serde_json::from_str(&render_json(&r)).unwrap();
+    let rows = v["config"]["nccl_variables"].as_array().unwrap();
+    assert_eq!(rows.len(), nccl_net_ferro::config::NCCL_2_30.len());
+    assert!(
+        rows.iter()
+            .any(|x| x["name"] == "NCCL_IB_QPS_PER_CONNECTION"
+                && x["standing"] == "differs"
+                && x["value"] == "1")
+    );
+}

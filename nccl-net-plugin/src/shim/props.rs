@@ -106,9 +106,9 @@ pub(super) fn v12(p: &DeviceProps) -> ncclNetProperties_v12_t {
         maxP2pBytes: max_bytes(p),
         maxCollBytes: max_bytes(p),
         maxMultiRequestSize: MAX_MULTI_REQUEST_SIZE,
-        // No rail or plane topology is known for these devices.
-        railId: NCCL_NET_ID_UNDEF,
-        planeId: NCCL_NET_ID_UNDEF,
+        // From NCCL_IB_HCA's `<hca>:<port>:<rail>:<plane>` entries (NCCL_NET_ID_UNDEF otherwise).
+        railId: p.rail_id,
+        planeId: p.plane_id,
     )
 }
 
@@ -130,6 +130,8 @@ mod tests {
             max_recvs: 8,
             members: vec![3],
             max_p2p_bytes: 1 << 31,
+            rail_id: NCCL_NET_ID_UNDEF,
+            plane_id: NCCL_NET_ID_UNDEF,
         }
     }
 
@@ -150,6 +152,17 @@ mod tests {
         assert_eq!([c.maxP2pBytes, d.maxP2pBytes, e.maxP2pBytes], [1 << 31; 3]);
         assert_eq!(d.maxMultiRequestSize, 1);
         assert_eq!((e.railId, e.planeId), (-1, -1));
+    }
+
+    #[test]
+    fn v12_reports_the_rail_and_plane_it_is_given() {
+        let p = DeviceProps {
+            rail_id: 2,
+            plane_id: crate::rails::PLANE_VIRTUAL_BIT | 0b110,
+            ..sample()
+        };
+        let e = v12(&p);
+        assert_eq!((e.railId, e.planeId), (2, (1 << 14) | 0b110));
     }
 
     #[test]

@@ -13,11 +13,23 @@ use ferro_proto::health::DeviceFault;
 use ferro_proto::path::QpPath;
 use ferro_proto::plan::{self, QpLayout};
 use ferro_proto::recovery::PeerQps;
-use ferro_proto::wire::{DevMeta, QpMeta};
+use ferro_proto::wire::{DevMeta, Ece, QpMeta};
 use ferro_verbs::sys::*;
 use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps, Sge};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
+
+/// Says once per process, at INFO, that a device's provider has no enhanced connection
+/// establishment (soft-RoCE, or a libibverbs without `ibv_query_ece`): its QPs connect without.
+fn ece_unsupported_once(dev: &str) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        crate::info!(
+            ferro_ffi::log_flags::NET,
+            "{dev}: no enhanced connection establishment (ibv_query_ece/ibv_set_ece unsupported); QPs connect without it (NCCL_IB_ECE_ENABLE)"
+        );
+    });
+}
 
 /// Path MTU code (`IBV_MTU_*`) for a byte count.
 fn mtu_code(bytes: u32) -> u32 {
@@ -182,8 +194,8 @@ impl Endpoint {
     /// What the peer needs to reach this side's members over the QPs, with the one registered
     /// region it may write (the sender's CTS FIFO, or the receiver's sizes FIFO), `qps_per_conn`
     /// and split mode (which both sides must agree on).
-    pub(super) fn meta(&self, region: &RegBuf, qps_per_conn: u16, split: bool) -> QpMeta {
-        QpMeta {
+    pub(super) fn meta(&self, region: &RegBuf, qps_per_conn: u16, split: bool) -> Result<QpMeta> {
+        Ok(QpMeta {
             qps_per_conn,
             split,
             path: self.path,
@@ -195,8 +207,55 @@ impl Endpoint {
                 .collect(),
             mr_addr: region.addr(0),
             qpns: (0..self.nqps()).map(|q| self.qp(q).qpn()).collect(),
+            eces: self.local_eces()?,
             secret: [0; ferro_proto::handle::SECRET_SIZE],
+        })
+    }
+
+    /// Each data QP's enhanced connection establishment for the handshake (after
+    /// [`Self::set_peer_eces`] on the accepting side: what both support); empty with
+    /// `NCCL_IB_ECE_ENABLE=0` or when no QP has any (the provider lacks it: said once).
+    fn local_eces(&self) -> Result<Vec<Option<Ece>>> {
+        if !plugin::get()?.config.ece_enable {
+            return Ok(Vec::new());
         }
+        let mut eces = Vec::with_capacity(self.nqps());
+        for q in 0..self.nqps() {
+            let ece = self.qp(q).query_ece().map_err(Error::from)?;
+            if ece.is_none() {
+                ece_unsupported_once(&self.rail_of(q).dev.ibdev);
+            }
+            eces.push(ece.map(|e| Ece {
+                vendor_id: e.vendor_id,
+                options: e.options,
+                comp_mask: e.comp_mask,
+            }));
+        }
+        if eces.iter().all(Option::is_none) {
+            eces.clear();
+        }
+        Ok(eces)
+    }
+
+    /// Sets the peer's enhanced connection establishment on each data QP it gave one for,
+    /// before the QPs connect (`NCCL_IB_ECE_ENABLE`); a QP whose provider lacks it connects
+    /// without.
+    pub(super) fn set_peer_eces(&self, peer: &[Option<Ece>]) -> Result<()> {
+        if !plugin::get()?.config.ece_enable {
+            return Ok(());
+        }
+        for (q, ece) in peer.iter().enumerate().take(self.nqps()) {
+            let Some(e) = ece else { continue };
+            let raw = ibv_ece {
+                vendor_id: e.vendor_id,
+                options: e.options,
+                comp_mask: e.comp_mask,
+            };
+            if !self.qp(q).set_ece(&raw).map_err(Error::from)? {
+                ece_unsupported_once(&self.rail_of(q).dev.ibdev);
+            }
+        }
+        Ok(())
     }
 
     /// INIT -> RTR -> RTS against the peer's QPs: QP `q` against the peer's QP `q`, on the

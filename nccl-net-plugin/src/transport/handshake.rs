@@ -163,12 +163,12 @@ fn io_err(what: &str, peer: SocketAddr, e: std::io::Error) -> Error {
 
 /// This side's description for the peer: the endpoint's QPs with `region`, and its members'
 /// names.
-fn local_side(ep: &Endpoint, region: &RegBuf) -> LocalSide {
+fn local_side(ep: &Endpoint, region: &RegBuf) -> Result<LocalSide> {
     let lay = ep.layout();
-    LocalSide {
-        meta: ep.meta(region, lay.qps_per_conn() as u16, lay.split),
+    Ok(LocalSide {
+        meta: ep.meta(region, lay.qps_per_conn() as u16, lay.split)?,
         names: ep.rails.iter().map(|r| r.dev.ibdev.clone()).collect(),
-    }
+    })
 }
 
 /// The peer's protocol-region keys by member.
@@ -306,7 +306,9 @@ impl Setup {
         let pds = ep.pds();
         let cts_stage = RegBuf::new(&pds, FIFO_BYTES, access::STAGING)?;
         let sizes = RegBuf::new(&pds, SIZES_BYTES, access::PEER_WRITTEN)?;
-        let local = local_side(&ep, &sizes);
+        // The connecting side's ECE first: the answer then says what both support.
+        ep.set_peer_eces(&peer.eces)?;
+        let local = local_side(&ep, &sizes)?;
         self.res = Resources::Receiver {
             ep,
             mem: ReceiverMem {
@@ -323,6 +325,8 @@ impl Setup {
     fn connect_qps(&mut self, peer: &QpMeta) -> Result<()> {
         match &mut self.res {
             Resources::Sender { ep, mem, .. } => {
+                // The accepting side's answer: the options both support.
+                ep.set_peer_eces(&peer.eces)?;
                 ep.connect_qps(peer)?;
                 mem.peer_sizes = (peer.mr_addr, peer_keys(peer));
             }
@@ -518,7 +522,7 @@ fn start_connect(
         Err(e) => return Err(Error::System(format!("cannot connect to {addr}: {e}"))),
     }
     let machine = Handshake::connector(
-        local_side(&ep, &fifo),
+        local_side(&ep, &fifo)?,
         handle::secret(h),
         addr.to_string(),
         now,

@@ -168,6 +168,7 @@ mod tests {
             devs: vec![dev(LINK_LAYER_ETHERNET, 1); devs],
             mr_addr: 0,
             qpns: (0..nqps as u32).collect(),
+            eces: Vec::new(),
             secret: [0; SECRET_SIZE],
         }
     }

@@ -39,6 +39,7 @@ fn side(settings: Settings, link_layer: u8, devs: usize, nqps: usize, first_qpn:
             devs: (0..devs).map(|i| dev(link_layer, i)).collect(),
             mr_addr: 0x1000 * u64::from(first_qpn),
             qpns: (0..nqps as u32).map(|q| first_qpn + q).collect(),
+            eces: Vec::new(),
             secret: [0; SECRET_SIZE],
         },
         names: (0..devs).map(|i| format!("rxe{i}")).collect(),
