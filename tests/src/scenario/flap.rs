@@ -28,6 +28,7 @@
 
 use super::Ctx;
 use super::common::*;
+use super::inflight::connect_pair;
 use crate::buffer::{Buffer, Rng, seed};
 use crate::error::{HResult, HarnessError, NcclExt};
 use crate::logger;
@@ -203,21 +204,6 @@ pub(super) fn run(ctx: &mut Ctx) -> HResult<String> {
     }
 }
 
-fn connect(ctx: &Ctx) -> HResult<(Option<SendComm>, Option<RecvComm>)> {
-    if ctx.is_receiver() {
-        Ok((
-            None,
-            Some(ctx.net.accept_blocking(ctx.listen()?, CONNECT_TIMEOUT)?),
-        ))
-    } else {
-        let mut h = ctx.peer_handle();
-        Ok((
-            Some(ctx.net.connect_blocking(ctx.dev, &mut h, CONNECT_TIMEOUT)?),
-            None,
-        ))
-    }
-}
-
 /// Takes the link down now and brings it up [`DOWN_FOR`] later, on another thread; the thread
 /// returns when the link came up.
 fn flap_in_background() -> HResult<std::thread::JoinHandle<HResult<Instant>>> {
@@ -232,7 +218,7 @@ fn flap_in_background() -> HResult<std::thread::JoinHandle<HResult<Instant>>> {
 fn transient(ctx: &mut Ctx) -> HResult<String> {
     let n = SINGLES + GROUP;
     let buf = Buffer::new(n * MIB)?;
-    let (send, recv) = connect(ctx)?;
+    let (send, recv) = connect_pair(ctx)?;
     let net = ctx.net;
     // Rounds 0..ROUNDS: the flap starts right after round 0's sends are posted and lasts
     // [`DOWN_FOR`]; the rounds after it keep traffic outstanding past the link's return.
@@ -369,7 +355,7 @@ fn transient(ctx: &mut Ctx) -> HResult<String> {
 fn for_good(ctx: &mut Ctx) -> HResult<String> {
     let n = 8;
     let buf = Buffer::new(n * MIB)?;
-    let (send, recv) = connect(ctx)?;
+    let (send, recv) = connect_pair(ctx)?;
     let net = ctx.net;
     let (comm_name, took, outcome) = if let Some(rc) = &recv {
         let mr = net.reg_host(rc, &buf).call("regMr")?;
@@ -441,7 +427,7 @@ const DEATH_NOTICE: Duration = Duration::from_secs(20);
 fn peer_killed(ctx: &mut Ctx) -> HResult<String> {
     let n = 8;
     let buf = Buffer::new(n * MIB)?;
-    let (send, recv) = connect(ctx)?;
+    let (send, recv) = connect_pair(ctx)?;
     let net = ctx.net;
     if let Some(sc) = &send {
         let mr = net.reg_host(sc, &buf).call("regMr")?;
@@ -572,7 +558,7 @@ fn failover_round(
 fn failover(ctx: &mut Ctx) -> HResult<String> {
     let n = SINGLES + GROUP;
     let buf = Buffer::new(n * MIB)?;
-    let (send, recv) = connect(ctx)?;
+    let (send, recv) = connect_pair(ctx)?;
     let pair = (&send, &recv);
     // Round 0: rxe1 goes down half way; the comm fails over to rxe0.
     let t_down = failover_round(ctx, pair, &buf, 0, true)?;

@@ -23,7 +23,8 @@ fn inflight_len(round: usize, i: usize) -> usize {
     (i * 1999 + round * 7) % (SLOT - PAGE)
 }
 
-fn connect_pair(ctx: &Ctx) -> HResult<(Option<SendComm>, Option<RecvComm>)> {
+/// Rank 0 accepts, rank 1 connects: one comm each side of the pair.
+pub(super) fn connect_pair(ctx: &Ctx) -> HResult<(Option<SendComm>, Option<RecvComm>)> {
     if ctx.is_receiver() {
         Ok((
             None,
