@@ -351,6 +351,7 @@ impl Setup {
                 let mut core = SendCore::new(ep.layout());
                 configure_health(&mut core)?;
                 core.set_oversize(oversize);
+                core.set_plan(ep.max_write, mem.ar);
                 Ok(Ready {
                     ep,
                     side: Side::Sender {

@@ -167,7 +167,14 @@ pub fn writes_per_qp(
         }
     }
     for (i, qp) in qps.enumerate() {
-        f(qp, if i == 0 { pieces(4 * items.len() as u32, max_write) } else { 1 });
+        f(
+            qp,
+            if i == 0 {
+                pieces(4 * items.len() as u32, max_write)
+            } else {
+                1
+            },
+        );
     }
 }
 
