@@ -357,7 +357,8 @@ impl SendCore {
             SendWait::ClearToSend { .. } => self.health.counters.cts_waits += 1,
             SendWait::SlotBusy { .. } => self.health.counters.slot_busy += 1,
             SendWait::TagAhead { .. } => self.health.counters.tag_ahead += 1,
-            SendWait::Recovering { .. } | SendWait::QueueFull { .. } => {}
+            SendWait::QueueFull { .. } => self.health.counters.queue_full += 1,
+            SendWait::Recovering { .. } => {}
         }
         SendStep::Retry(wait)
     }

@@ -408,6 +408,13 @@ fn a_4_gib_request_on_one_qp_waits_for_room_and_is_posted_once_earlier_writes_co
     }
     assert_eq!(c.in_flight(), 1, "a send waiting for room takes no request");
     assert_eq!(c.health.counters.messages, 1);
+    assert_eq!(c.health.counters.queue_full, 3);
+    assert!(
+        c.health
+            .counters
+            .summary(true)
+            .contains("3 waits for send-queue room")
+    );
     assert!(c.describe_wait().contains("room in the send queue of QP 0"));
     c.handle_completion(WrId::Send { seq: 0 }.encode());
     assert_eq!(
