@@ -90,6 +90,10 @@ struct Wire {
     recv_wrs: Vec<VecDeque<(u64, u64)>>,
     /// Sender completions not yet polled, per QP (acknowledgements may lag).
     send_cq: Vec<VecDeque<u64>>,
+    /// The sender's send queue of each QP: work requests posted and not yet retired by a
+    /// polled signaled completion, and each group's share of them in order.
+    sq_held: Vec<u32>,
+    sq_groups: Vec<VecDeque<u32>>,
     /// The plan: receive groups, and where each group's buffers live.
     groups: Vec<Vec<Member>>,
     buf_addr: Vec<Vec<u64>>,
@@ -174,6 +178,8 @@ impl Wire {
             cts: VecDeque::new(),
             recv_wrs: vec![VecDeque::new(); nqps],
             send_cq: vec![VecDeque::new(); nqps],
+            sq_held: vec![0; nqps],
+            sq_groups: vec![VecDeque::new(); nqps],
             recv_done: vec![None; groups.len()],
             groups,
             buf_addr,
@@ -268,6 +274,8 @@ impl Wire {
             return false; // NCCL never has more sends outstanding on one comm
         }
         let m = self.groups[gi][mi];
+        // The core keeps each QP's send queue within its room, counted as this wire plans.
+        self.send.set_plan(self.max_write, self.ar);
         let (arena, fifo) = (&self.arena, self.fifo as usize);
         let step = self
             .send
@@ -319,6 +327,20 @@ impl Wire {
             self.layout.group_qps(seq).len(),
             "one signaled write per QP the group uses, as the core counts them"
         );
+        let mut per_qp = vec![0u32; self.nqps];
+        for w in &writes {
+            per_qp[w.qp] += 1;
+        }
+        for (q, &n) in per_qp.iter().enumerate().filter(|(_, n)| **n > 0) {
+            assert!(
+                self.sq_held[q] == 0 || self.sq_held[q] + n <= plan::SEND_ROOM,
+                "QP {q}: group {seq}'s {n} writes posted onto {} held (room {})",
+                self.sq_held[q],
+                plan::SEND_ROOM
+            );
+            self.sq_held[q] += n;
+            self.sq_groups[q].push_back(n);
+        }
         for w in writes {
             self.data[w.qp].push_back(Op {
                 from: w.local_addr,
@@ -374,6 +396,11 @@ impl Wire {
         let Some(wr) = self.send_cq[q].pop_front() else {
             return false;
         };
+        // The signaled write retires every write of its group before it on this QP.
+        let n = self.sq_groups[q]
+            .pop_front()
+            .expect("a completion of a posted group");
+        self.sq_held[q] -= n;
         self.send.handle_completion(wr);
         true
     }

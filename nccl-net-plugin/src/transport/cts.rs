@@ -18,6 +18,7 @@
 //! holds at most every receive comm once, and a look costs the same with 16 comms or 4,096.
 
 use super::comm::{Comm, ReceiverMem, Side};
+use super::endpoint::CTS_QP;
 use super::receivers::{self, Visit};
 use crate::error::Result;
 use ferro_proto::comm::Failure;
@@ -25,9 +26,6 @@ use ferro_proto::comm::recv::{CtsWrite, RecvCore};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain, SendFlags};
 use std::sync::TryLockError;
 use std::sync::atomic::Ordering;
-
-/// The QP that carries clear-to-send writes.
-const CTS_QP: usize = 0;
 
 /// The most queued comms one look visits. Every waiting comm looks every `LIVENESS_EVERY`
 /// calls, so a comm at place `p` of the queue is reached within `p / VISITS_PER_LOOK` looks of

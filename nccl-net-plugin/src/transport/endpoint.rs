@@ -53,6 +53,19 @@ pub(super) struct Rail {
     pub(super) events: Arc<DeviceEvents>,
 }
 
+/// The QP that carries the receiving side's clear-to-send writes (the only data QP whose send
+/// queue that side uses).
+pub(super) const CTS_QP: usize = 0;
+
+/// Which side of the connection an endpoint is: it decides which queues its QPs post to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// Posts the data writes; posts no receives.
+    Sending,
+    /// Posts the receives, and the clear-to-send writes on [`CTS_QP`].
+    Receiving,
+}
+
 /// Verbs resources of one side of a connection, over every member device of its (virtual)
 /// device: QP `q` is on rail `q % rails.len()` and reaches the peer's member
 /// `q % layout.remote_devs` (see [`QpLayout`]); after a failover inside a virtual NIC, a QP whose
@@ -82,6 +95,8 @@ pub(super) struct Endpoint {
     fifo_tc: Option<u8>,
     /// Most bytes one RDMA write may carry on every member (longer chunks go in pieces).
     pub(super) max_write: u32,
+    /// Which side this is (the depth of its QPs' queues).
+    role: Role,
     /// The peer's member devices, from the handshake: what a recovery reconnects to.
     peer_devs: OnceLock<Vec<DevMeta>>,
 }
@@ -96,15 +111,16 @@ fn start_psn(epoch: u32) -> u32 {
 impl Endpoint {
     /// `layout.nqps` RC QPs in INIT, spread over the members of `vdev`, each member's on one CQ
     /// of its protection domain; queues sized for the worst case the advertised limits allow
-    /// ([`plan::queue_depths`]). `path` is the connection's traffic class and service level;
-    /// `fifo_tc` the receiving side's `NCCL_IB_FIFO_TC` (`None` on the sending side).
+    /// ([`plan::queue_depths`]), each queue only as deep as `role` posts to it. `path` is the
+    /// connection's traffic class and service level; `fifo_tc` the receiving side's
+    /// `NCCL_IB_FIFO_TC` (`None` on the sending side).
     pub(super) fn new(
         vdev: &'static VDevice,
         layout: QpLayout,
+        role: Role,
         path: QpPath,
         fifo_tc: Option<u8>,
     ) -> Result<Endpoint> {
-        let caps = data_qp_caps(layout.nqps);
         let depths = plan::queue_depths(layout.nqps);
         let mut rails = Vec::with_capacity(vdev.members.len());
         for &dev in &vdev.members {
@@ -120,7 +136,12 @@ impl Endpoint {
         let mut qps = Vec::with_capacity(layout.nqps);
         for q in 0..layout.nqps {
             let rail = &rails[layout.local_dev(q)];
-            let qp = Qp::new_rc(&rail.pd, &rail.cq, &rail.cq, caps)?;
+            let qp = Qp::new_rc(
+                &rail.pd,
+                &rail.cq,
+                &rail.cq,
+                data_qp_caps(layout.nqps, role, q),
+            )?;
             to_init(&qp, rail.dev, access::DATA_QP)?;
             qps.push(qp);
         }
@@ -135,6 +156,7 @@ impl Endpoint {
             path,
             fifo_tc,
             max_write: vdev.max_write_bytes(),
+            role,
             peer_devs: OnceLock::new(),
         })
     }
@@ -378,7 +400,6 @@ impl Endpoint {
     pub(super) fn rebuild(&self, down: u8) -> Result<Vec<u32>> {
         self.local_down.store(down, Ordering::Relaxed);
         let lay = self.layout();
-        let caps = self.caps();
         for q in 0..self.qps.len() {
             let (home, m) = (lay.home_local_dev(q), lay.local_dev(q));
             let primary = &self.qps[q];
@@ -392,7 +413,7 @@ impl Endpoint {
                 let _ = to_state(primary, IBV_QPS_ERR);
                 let rail = &self.rails[m];
                 if self.alternates[q].get().is_none() {
-                    let alt = Qp::new_rc(&rail.pd, &rail.cq, &rail.cq, caps)?;
+                    let alt = Qp::new_rc(&rail.pd, &rail.cq, &rail.cq, self.caps(q))?;
                     let _ = self.alternates[q].set((m, alt));
                 }
                 match self.alternates[q].get() {
@@ -509,9 +530,9 @@ impl Endpoint {
         Ok(())
     }
 
-    /// The queues of this endpoint's data QPs (for a stand-in made at a failover).
-    fn caps(&self) -> QpCaps {
-        data_qp_caps(self.qps.len())
+    /// The queues of data QP `q` (for a stand-in made at a failover).
+    fn caps(&self, q: usize) -> QpCaps {
+        data_qp_caps(self.qps.len(), self.role, q)
     }
 
     /// Why this endpoint cannot go on, from its member devices' asynchronous events (a port
@@ -559,10 +580,10 @@ impl Endpoint {
     }
 }
 
-/// The queues of a data QP of a connection of `nqps` QPs ([`plan::queue_depths`]), with the
-/// inline room `NCCL_IB_USE_INLINE` asks for.
-fn data_qp_caps(nqps: usize) -> QpCaps {
-    let depths = plan::queue_depths(nqps);
+/// The queues of data QP `q` of a connection of `nqps` QPs on the `role` side
+/// ([`plan::queue_depths`]), with the inline room `NCCL_IB_USE_INLINE` asks for.
+fn data_qp_caps(nqps: usize, role: Role, q: usize) -> QpCaps {
+    let (max_send_wr, max_recv_wr) = queue_caps(plan::queue_depths(nqps), role, q);
     // Bytes a work request may carry inline on these QPs (`NCCL_IB_USE_INLINE=1`: one
     // clear-to-send entry, as NCCL's IB transport asks; else 0). Each QP keeps this and
     // sends a request inline only up to it ([`Qp::post`]), so the flag never outruns what
@@ -573,11 +594,23 @@ fn data_qp_caps(nqps: usize) -> QpCaps {
         0
     };
     QpCaps {
-        max_send_wr: depths.send_wr,
-        max_recv_wr: depths.recv_wr,
+        max_send_wr,
+        max_recv_wr,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: max_inline,
+    }
+}
+
+/// `(send, receive)` work requests of data QP `q` on the `role` side: the sending side's send
+/// queues hold the writes the send core lets in, its receive queues nothing; the receiving
+/// side's receive queues one receive per outstanding group, and only the clear-to-send QP's
+/// send queue is used.
+fn queue_caps(d: plan::QueueDepths, role: Role, q: usize) -> (u32, u32) {
+    match role {
+        Role::Sending => (d.send_wr, d.unused_wr),
+        Role::Receiving if q == CTS_QP => (d.cts_wr, d.recv_wr),
+        Role::Receiving => (d.unused_wr, d.recv_wr),
     }
 }
 
@@ -723,5 +756,39 @@ impl RegBuf {
     /// Copies `bytes` to `off` (staging the NIC reads after a later post).
     pub(super) fn write(&self, off: usize, bytes: &[u8]) {
         self.buf.volatile().write(off, bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_side_sizes_only_the_queues_it_posts_to() {
+        for nqps in [1usize, 2, 4, 128] {
+            let d = plan::queue_depths(nqps);
+            for q in [0, nqps - 1] {
+                assert_eq!(
+                    queue_caps(d, Role::Sending, q),
+                    (d.send_wr, 1),
+                    "the sending side posts writes, never receives"
+                );
+            }
+            assert_eq!(
+                queue_caps(d, Role::Receiving, CTS_QP),
+                (d.cts_wr, d.recv_wr),
+                "the clear-to-send QP's send queue holds the clear-to-send writes"
+            );
+            if nqps > 1 {
+                assert_eq!(
+                    queue_caps(d, Role::Receiving, nqps - 1),
+                    (1, d.recv_wr),
+                    "the receiving side's other QPs send nothing"
+                );
+            }
+            // NCCL's IB transport: 2 x 256 send and 256 receive work requests per QP.
+            let (s, r) = queue_caps(d, Role::Receiving, CTS_QP);
+            assert!(s <= 512 && r <= 256 && d.send_wr <= 512);
+        }
     }
 }

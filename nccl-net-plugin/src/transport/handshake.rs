@@ -18,7 +18,7 @@
 
 use super::access;
 use super::comm::{Comm, CommPtr, ReceiverMem, SendScratch, SenderMem, Side};
-use super::endpoint::{Endpoint, FlushQp, RegBuf};
+use super::endpoint::{Endpoint, FlushQp, RegBuf, Role};
 use super::objects::ObjectKind;
 use crate::error::{Error, Result};
 use crate::plugin;
@@ -302,7 +302,7 @@ impl Setup {
     /// service level the connecting side chose, and `NCCL_IB_FIFO_TC`) and protocol regions.
     fn receiver_resources(&mut self, peer: &QpMeta, layout: QpLayout) -> Result<LocalSide> {
         let cfg = &plugin::get()?.config;
-        let ep = Endpoint::new(self.dev, layout, peer.path, cfg.fifo_tc)?;
+        let ep = Endpoint::new(self.dev, layout, Role::Receiving, peer.path, cfg.fifo_tc)?;
         let pds = ep.pds();
         let cts_stage = RegBuf::new(&pds, FIFO_BYTES, access::STAGING)?;
         let sizes = RegBuf::new(&pds, SIZES_BYTES, access::PEER_WRITTEN)?;
@@ -355,6 +355,7 @@ impl Setup {
                 let mut core = SendCore::new(ep.layout());
                 configure_health(&mut core)?;
                 core.set_oversize(oversize);
+                core.set_plan(ep.max_write, mem.ar);
                 Ok(Ready {
                     ep,
                     side: Side::Sender {
@@ -501,7 +502,7 @@ fn start_connect(
     // This side decides the connection's traffic class and service level; the accepting side
     // builds its QPs with them.
     let path = QpPath::choose(cfg.traffic_class, cfg.service_level, traffic_class);
-    let ep = Endpoint::new(dev, layout, path, None)?;
+    let ep = Endpoint::new(dev, layout, Role::Sending, path, None)?;
     let pds = ep.pds();
     let fifo = RegBuf::new(&pds, FIFO_BYTES, access::PEER_WRITTEN)?;
     let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, access::STAGING)?;

@@ -16,18 +16,25 @@
 //!   written, and the next group becomes the head.
 //! - The in-flight bookkeeping of slot `k % SLOTS` is reused for group `k + SLOTS` only once
 //!   every signaled write of group `k` completed; until then a new group is not opened (retry).
+//! - A group is written only when its writes fit in the send queue of every QP it uses
+//!   ([`Room`]): the send that would complete it is retried until earlier writes complete,
+//!   so the queues are sized for 32 groups of single-write buffers, not for 32 groups of the
+//!   largest buffers in pieces.
 //! - A posted group's sends stay in its slot's bookkeeping until the group is delivered, so a
 //!   recovery can replay them ([`recovery`]); while the comm is stopped for recovery every
 //!   `isend` is retried and completions of destroyed QPs (an older epoch) are ignored.
 
 mod recovery;
+mod room;
+
+pub use room::Room;
 
 use super::requests::RequestTable;
 use super::wr_id::{self, WrId};
 use super::{CommHealth, CoreError, Done, Failure};
 use crate::Keys;
 use crate::fifo::{self, CtsEntry};
-use crate::plan::{QpLayout, SendItem};
+use crate::plan::{AdaptiveRouting, QpLayout, SendItem};
 use crate::recovery::Recovery;
 use crate::{MAX_RECVS, SLOTS};
 
@@ -45,6 +52,8 @@ pub enum SendWait {
     TagAhead { tag: i32, seq: u64 },
     /// The comm is stopped for recovery (epoch `epoch`) until its QPs are rebuilt.
     Recovering { epoch: u32 },
+    /// Group `seq`'s writes do not fit in QP `qp`'s send queue until earlier writes complete.
+    QueueFull { seq: u64, qp: usize },
 }
 
 /// What the transport does for an `isend`. Small on purpose: the group to write stays in the
@@ -187,6 +196,8 @@ pub struct SendCore {
     pub recovery: Recovery,
     /// Whether the receiver's state of the current recovery has been applied.
     peer_state_applied: bool,
+    /// The work requests each QP's send queue holds for groups not yet delivered.
+    room: Room,
 }
 
 impl SendCore {
@@ -211,7 +222,19 @@ impl SendCore {
             last_wait: None,
             recovery: Recovery::default(),
             peer_state_applied: false,
+            room: Room::new(layout.nqps),
         }
+    }
+
+    /// Counts each group's work requests as the transport plans them: at most `max_write`
+    /// bytes per write, lone buffers under `ar` (given when the comm is created).
+    pub fn set_plan(&mut self, max_write: u32, ar: AdaptiveRouting) {
+        self.room.set_plan(max_write, ar);
+    }
+
+    /// Work requests QP `q`'s send queue holds for groups not yet delivered.
+    pub fn queue_held(&self, q: usize) -> u32 {
+        self.room.held(q)
     }
 
     /// Sets what a send larger than its buffer does (given when the comm is created).
@@ -253,11 +276,27 @@ impl SendCore {
             return Ok(self.retry(SendWait::TagAhead { tag, seq }));
         };
         let (gseq, capacity) = (g.seq, g.entries[i].size);
+        let completes = g.taken[..g.n].iter().filter(|t| !**t).count() == 1;
         if size > capacity && self.oversize == Oversize::Refuse {
             let f = Failure::usage(format!(
                 "send of {size} bytes (tag {tag}) is larger than the receive buffer of {capacity} bytes it matched (receive #{gseq}): a comm of ABI v7 refuses it, as NCCL 2.19 did; nothing was sent"
             ));
             return Err(CoreError::Failed(self.health.fail(f).clone()));
+        }
+        let item = SendItem {
+            addr,
+            lkeys,
+            size: size.min(capacity),
+            remote_addr: g.entries[i].addr,
+            rkeys: g.entries[i].rkeys,
+        };
+        if completes {
+            // The last send of the group: it is taken only if the group's writes fit now.
+            let g = &mut self.cur;
+            g.items[i] = item;
+            if let Some(qp) = self.room.full_qp(gseq, &g.items[..g.n], &self.layout) {
+                return Ok(self.retry(SendWait::QueueFull { seq: gseq, qp }));
+            }
         }
         let size = if size > capacity {
             self.health.counters.truncated += 1;
@@ -280,13 +319,7 @@ impl SendCore {
         self.last_wait = None;
         let g = &mut self.cur;
         g.taken[i] = true;
-        g.items[i] = SendItem {
-            addr,
-            lkeys,
-            size,
-            remote_addr: g.entries[i].addr,
-            rkeys: g.entries[i].rkeys,
-        };
+        g.items[i] = SendItem { size, ..item };
         g.reqs[i] = req;
         if !g.taken[..g.n].iter().all(|t| *t) {
             return Ok(SendStep::Matched { req });
@@ -300,6 +333,7 @@ impl SendCore {
         f.n = g.n;
         f.items[..g.n].copy_from_slice(&g.items[..g.n]);
         f.replay = 0;
+        self.room.take(gseq, &g.items[..g.n], &self.layout);
         self.seq += 1;
         Ok(SendStep::Post { req })
     }
@@ -323,6 +357,7 @@ impl SendCore {
             SendWait::ClearToSend { .. } => self.health.counters.cts_waits += 1,
             SendWait::SlotBusy { .. } => self.health.counters.slot_busy += 1,
             SendWait::TagAhead { .. } => self.health.counters.tag_ahead += 1,
+            SendWait::QueueFull { .. } => self.health.counters.queue_full += 1,
             SendWait::Recovering { .. } => {}
         }
         SendStep::Retry(wait)
@@ -379,6 +414,7 @@ impl SendCore {
                         s.done = true;
                     }
                 }
+                self.room.give_back(seq, &f.items[..f.n], &self.layout);
             }
         }
     }
@@ -424,6 +460,10 @@ impl SendCore {
             Some(SendWait::Recovering { epoch }) => format!(
                 "the comm is recovering (epoch {epoch}): sends wait for its QPs to be rebuilt"
             ),
+            Some(SendWait::QueueFull { seq, qp }) => format!(
+                "the writes of receive #{seq} wait for room in the send queue of QP {qp} ({} work requests held): earlier writes have not completed",
+                self.room.held(qp)
+            ),
             None => "no send is being retried".to_string(),
         };
         format!("{head}; {in_flight} sends in flight waiting for their write completions")
@@ -440,372 +480,4 @@ fn slot(seq: u64) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::comm::Failure;
-    use std::time::Duration;
-
-    /// A FIFO the test fills by hand: `groups[k]` are the buffers of receive group `k`.
-    struct Fifo {
-        groups: Vec<Vec<(i32, u32)>>,
-    }
-
-    impl Fifo {
-        fn read(&self, seq: u64, i: usize) -> Option<CtsEntry> {
-            let g = self.groups.get(seq as usize)?;
-            let &(tag, size) = g.get(i)?;
-            Some(CtsEntry {
-                seq: seq + 1,
-                addr: 0x1000_0000 * (seq + 1) + 0x1_0000 * i as u64,
-                rkeys: [7; crate::MAX_DEVS],
-                size,
-                tag,
-                nreqs: g.len() as u16,
-                idx: i as u16,
-            })
-        }
-    }
-
-    fn send(core: &mut SendCore, fifo: &Fifo, tag: i32, size: u32) -> SendStep {
-        core.isend(tag, size, 0x42, [1; crate::MAX_DEVS], |s, i| {
-            fifo.read(s, i)
-        })
-        .unwrap()
-    }
-
-    /// A posted group, copied out of the core.
-    #[derive(Debug)]
-    struct Posted {
-        seq: u64,
-        items: Vec<SendItem>,
-        reqs: Vec<u32>,
-    }
-
-    impl Posted {
-        fn items(&self) -> &[SendItem] {
-            &self.items
-        }
-        fn reqs(&self) -> &[u32] {
-            &self.reqs
-        }
-    }
-
-    fn owned(c: &SendCore) -> Posted {
-        let g = c.ready_group();
-        Posted {
-            seq: g.seq,
-            items: g.items().to_vec(),
-            reqs: g.reqs().to_vec(),
-        }
-    }
-
-    /// A send that must complete its group: the group written.
-    fn send_post(c: &mut SendCore, fifo: &Fifo, tag: i32, size: u32) -> Posted {
-        match send(c, fifo, tag, size) {
-            SendStep::Post { .. } => owned(c),
-            other => panic!("expected a post, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_send_before_the_clear_to_send_is_retried() {
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        let fifo = Fifo { groups: vec![] };
-        assert_eq!(
-            send(&mut c, &fifo, 0, 8),
-            SendStep::Retry(SendWait::ClearToSend { seq: 0 })
-        );
-        assert_eq!(c.in_flight(), 0, "a retry takes no request");
-    }
-
-    #[test]
-    fn an_overtaking_send_is_retried_until_its_group_is_the_head() {
-        // Two receive groups posted ahead, tags 1 and 2 in each; tag 1 runs ahead.
-        let fifo = Fifo {
-            groups: vec![vec![(1, 64), (2, 64)], vec![(1, 64), (2, 64)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        assert!(matches!(
-            send(&mut c, &fifo, 1, 64),
-            SendStep::Matched { .. }
-        ));
-        assert_eq!(
-            send(&mut c, &fifo, 1, 64),
-            SendStep::Retry(SendWait::TagAhead { tag: 1, seq: 0 }),
-            "tag 1's second send belongs to group 1 and must wait, not fail"
-        );
-        let g = send_post(&mut c, &fifo, 2, 64);
-        assert_eq!(g.seq, 0);
-        assert_eq!(c.head_seq(), 1);
-        let step = send(&mut c, &fifo, 1, 64);
-        assert!(matches!(step, SendStep::Matched { .. }), "{step:?}");
-    }
-
-    #[test]
-    fn repeated_tags_fill_their_buffers_in_order() {
-        let fifo = Fifo {
-            groups: vec![vec![(5, 10), (9, 10), (5, 20)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        send(&mut c, &fifo, 5, 1);
-        send(&mut c, &fifo, 9, 2);
-        let g = send_post(&mut c, &fifo, 5, 3);
-        let remote: Vec<u64> = g.items().iter().map(|i| i.remote_addr).collect();
-        let sizes: Vec<u32> = g.items().iter().map(|i| i.size).collect();
-        assert_eq!(remote, vec![0x1000_0000, 0x1001_0000, 0x1002_0000]);
-        assert_eq!(sizes, vec![1, 2, 3]);
-    }
-
-    #[test]
-    fn a_send_completed_by_the_last_poll_before_a_failure_is_reported_done() {
-        let fifo = Fifo {
-            groups: vec![vec![(0, 64)], vec![(0, 64)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        let SendStep::Post { req: first } = send(&mut c, &fifo, 0, 40) else {
-            panic!("first group posts")
-        };
-        let g = owned(&c);
-        let SendStep::Post { req: second } = send(&mut c, &fifo, 0, 8) else {
-            panic!("second group posts")
-        };
-        c.handle_completion(WrId::Send { seq: g.seq }.encode());
-        let f = Failure::remote("peer closed the connection");
-        c.health.fail(f.clone());
-        assert_eq!(c.test(first), Ok(Some(Done::one(40))));
-        assert_eq!(c.test(second), Err(CoreError::Failed(f)));
-    }
-
-    #[test]
-    fn a_v7_comm_refuses_a_send_larger_than_its_buffer_naming_both_sizes() {
-        let fifo = Fifo {
-            groups: vec![vec![(0, 10)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        c.set_oversize(Oversize::Refuse);
-        let r = c.isend(0, 11, 0x42, [1; crate::MAX_DEVS], |s, i| fifo.read(s, i));
-        let Err(CoreError::Failed(f)) = r else {
-            panic!("expected a refusal, got {r:?}")
-        };
-        assert_eq!(f.kind, super::super::FailureKind::Usage);
-        assert!(
-            f.message.contains("11 bytes") && f.message.contains("10 bytes"),
-            "{f}"
-        );
-        assert_eq!(c.in_flight(), 0, "no request was taken");
-        assert_eq!(c.health.counters.truncated, 0);
-        assert_eq!(c.health.failure(), Some(&f), "the comm stays failed");
-        let again = c.isend(0, 4, 0x42, [1; crate::MAX_DEVS], |s, i| fifo.read(s, i));
-        assert_eq!(again, Err(CoreError::Failed(f)));
-    }
-
-    #[test]
-    fn a_v7_comm_still_takes_a_send_that_fits() {
-        let fifo = Fifo {
-            groups: vec![vec![(0, 10)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        c.set_oversize(Oversize::Refuse);
-        let g = send_post(&mut c, &fifo, 0, 10);
-        assert_eq!(g.items[0].size, 10);
-        assert!(c.health.failure().is_none());
-    }
-
-    #[test]
-    fn a_send_larger_than_its_buffer_is_truncated_and_noted_once() {
-        let fifo = Fifo {
-            groups: vec![vec![(0, 10)], vec![(0, 10)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        let g = send_post(&mut c, &fifo, 0, 11);
-        assert_eq!(g.items()[0].size, 10, "only the posted size is written");
-        assert_eq!(
-            c.take_truncation_note(),
-            Some(Truncation {
-                tag: 0,
-                seq: 0,
-                size: 11,
-                capacity: 10
-            })
-        );
-        let SendStep::Post { req } = send(&mut c, &fifo, 0, 4000) else {
-            panic!("second group posts")
-        };
-        let group = owned(&c);
-        assert_eq!(c.take_truncation_note(), None, "said once per comm");
-        assert_eq!(c.health.counters.truncated, 2);
-        c.handle_completion(WrId::Send { seq: group.seq }.encode());
-        assert_eq!(
-            c.take_done(req),
-            Ok(Some(Done::one(10))),
-            "the sender reports the bytes placed"
-        );
-    }
-
-    #[test]
-    fn retries_are_counted_by_cause() {
-        let fifo = Fifo {
-            groups: vec![vec![(1, 8)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        send(&mut c, &fifo, 1, 8);
-        send(&mut c, &fifo, 1, 8);
-        let n = c.health.counters;
-        assert_eq!((n.retries, n.cts_waits, n.tag_ahead), (1, 1, 0));
-        let fifo = Fifo {
-            groups: vec![vec![(1, 8), (2, 8)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        send(&mut c, &fifo, 1, 8);
-        send(&mut c, &fifo, 1, 8);
-        let n = c.health.counters;
-        assert_eq!((n.retries, n.tag_ahead, n.messages, n.bytes), (1, 1, 1, 8));
-    }
-
-    #[test]
-    fn a_posted_group_names_the_request_of_each_of_its_sends() {
-        let fifo = Fifo {
-            groups: vec![vec![(3, 10), (4, 10)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        let SendStep::Matched { req: first } = send(&mut c, &fifo, 4, 1) else {
-            panic!("the first send of two only matches")
-        };
-        let SendStep::Post { req } = send(&mut c, &fifo, 3, 2) else {
-            panic!("the second send posts the group")
-        };
-        let group = owned(&c);
-        assert_eq!(
-            group.reqs(),
-            &[req, first],
-            "in the receiver's buffer order"
-        );
-    }
-
-    #[test]
-    fn zero_byte_members_complete_their_group() {
-        let fifo = Fifo {
-            groups: vec![vec![(0, 0), (1, 100)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        send(&mut c, &fifo, 0, 0);
-        let g = send_post(&mut c, &fifo, 1, 100);
-        assert_eq!(g.items()[0].size, 0);
-    }
-
-    #[test]
-    fn requests_are_done_when_every_qp_of_their_group_completed() {
-        let fifo = Fifo {
-            groups: vec![vec![(0, 4096)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(4, true));
-        let SendStep::Post { req } = send(&mut c, &fifo, 0, 4096) else {
-            panic!("single-buffer group posts at once")
-        };
-        let group = owned(&c);
-        for q in 0..4 {
-            assert_eq!(c.take_done(req), Ok(None), "after {q} of 4 QPs");
-            c.handle_completion(WrId::Send { seq: group.seq }.encode());
-        }
-        assert_eq!(c.take_done(req), Ok(Some(Done::one(4096))));
-        assert_eq!(
-            c.take_done(req),
-            Err(CoreError::NotInFlight { idx: req }),
-            "a request is reported done once"
-        );
-    }
-
-    #[test]
-    fn a_slot_is_not_reused_while_the_group_32_earlier_has_writes_in_flight() {
-        let fifo = Fifo {
-            groups: (0..=SLOTS).map(|_| vec![(0, 8)]).collect(),
-        };
-        // Two QPs unsplit: groups alternate QPs; group 0's completion is held back.
-        let mut c = SendCore::new(QpLayout::one_device(2, false));
-        let mut reqs = Vec::new();
-        for k in 0..SLOTS as u64 {
-            let SendStep::Post { req } = send(&mut c, &fifo, 0, 8) else {
-                panic!("group {k} posts")
-            };
-            let group = owned(&c);
-            reqs.push(req);
-            if k != 0 {
-                c.handle_completion(WrId::Send { seq: group.seq }.encode());
-            }
-        }
-        assert_eq!(
-            send(&mut c, &fifo, 0, 8),
-            SendStep::Retry(SendWait::SlotBusy { seq: SLOTS as u64 })
-        );
-        c.handle_completion(WrId::Send { seq: 0 }.encode());
-        assert!(matches!(send(&mut c, &fifo, 0, 8), SendStep::Post { .. }));
-        assert_eq!(c.take_done(reqs[0]), Ok(Some(Done::one(8))));
-    }
-
-    #[test]
-    fn a_stale_completion_for_another_group_of_the_slot_is_ignored() {
-        let fifo = Fifo {
-            groups: vec![vec![(0, 8)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        let SendStep::Post { req, .. } = send(&mut c, &fifo, 0, 8) else {
-            panic!()
-        };
-        c.handle_completion(WrId::Send { seq: SLOTS as u64 }.encode());
-        assert_eq!(c.take_done(req), Ok(None));
-    }
-
-    #[test]
-    fn a_comm_waiting_for_the_clear_to_send_reports_a_stall_that_says_so() {
-        let fifo = Fifo { groups: vec![] };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        c.health.set_stall_threshold(Duration::from_secs(60));
-        send(&mut c, &fifo, 0, 8);
-        let waiting = c.is_waiting();
-        assert_eq!(c.health.check_stall(Duration::from_secs(1), waiting), None);
-        send(&mut c, &fifo, 0, 8);
-        let waiting = c.is_waiting();
-        let stall = c
-            .health
-            .check_stall(Duration::from_secs(61), waiting)
-            .expect("stalled");
-        assert_eq!(stall.idle, Duration::from_secs(60));
-        assert_eq!(
-            c.describe_wait(),
-            "a send waits for the receiver's clear-to-send for receive #0 (the receiver has posted 0 receives so far); 0 sends in flight waiting for their write completions"
-        );
-    }
-
-    #[test]
-    fn a_partly_written_group_is_not_opened() {
-        // Entry 1 of the group is missing (torn or not yet arrived).
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        let r = c
-            .isend(0, 8, 0, [1; crate::MAX_DEVS], |s, i| {
-                (i == 0).then_some(CtsEntry {
-                    seq: s + 1,
-                    addr: 1,
-                    rkeys: [1; crate::MAX_DEVS],
-                    size: 8,
-                    tag: 0,
-                    nreqs: 2,
-                    idx: 0,
-                })
-            })
-            .unwrap();
-        assert_eq!(r, SendStep::Retry(SendWait::ClearToSend { seq: 0 }));
-    }
-
-    #[test]
-    fn a_failed_comm_refuses_every_later_send() {
-        let fifo = Fifo {
-            groups: vec![vec![(0, 8)]],
-        };
-        let mut c = SendCore::new(QpLayout::one_device(1, false));
-        c.health.fail(Failure::remote("peer gone"));
-        assert!(matches!(
-            c.isend(0, 8, 0, [1; crate::MAX_DEVS], |s, i| fifo.read(s, i)),
-            Err(CoreError::Failed(_))
-        ));
-    }
-}
+mod tests;

@@ -22,6 +22,8 @@ pub struct Counters {
     pub tag_ahead: u64,
     /// Of the send retries: the FIFO slot's previous group still had writes in flight.
     pub slot_busy: u64,
+    /// Of the send retries: a group's writes did not fit in a QP's send queue yet.
+    pub queue_full: u64,
     /// Sends larger than the posted buffer, truncated to it.
     pub truncated: u64,
     /// Successful work completions handled.
@@ -88,6 +90,9 @@ impl Counters {
             let _ = write!(s, " ({} clear-to-send writes)", self.cts_writes);
         }
         let _ = write!(s, ", {} polls ({} empty)", self.polls, self.empty_polls);
+        if sending && self.queue_full > 0 {
+            let _ = write!(s, ", {} waits for send-queue room", self.queue_full);
+        }
         if sending && self.immediates_apart > 0 {
             let _ = write!(
                 s,

@@ -48,7 +48,7 @@ mod layout;
 #[cfg(test)]
 mod tests;
 
-pub use depths::{QueueDepths, queue_depths};
+pub use depths::{QueueDepths, SEND_ROOM, largest_group_wrs, queue_depths};
 pub use layout::QpLayout;
 
 /// Granularity of split chunks: keeps NCCL's 128-byte protocol lines whole on one QP.
@@ -138,6 +138,44 @@ fn chunks_of(it: &SendItem, qps: &Range<usize>) -> impl Iterator<Item = (usize, 
 /// the whole buffer), and the share of a posted receive buffer each QP's receive stands for.
 pub fn buffer_shares(seq: u64, size: u32, layout: &QpLayout) -> impl Iterator<Item = (usize, u32)> {
     chunks(size, layout.group_qps(seq)).map(|(qp, _, len)| (qp, len))
+}
+
+/// How many work requests [`plan_group`] puts on each QP of group `seq`, without planning the
+/// writes: `f(qp, n)` is called for each part (a QP may be named more than once; the counts
+/// add up). The send core uses it to keep each QP's send queue within its room.
+pub fn writes_per_qp(
+    seq: u64,
+    items: &[SendItem],
+    layout: &QpLayout,
+    max_write: u32,
+    ar: AdaptiveRouting,
+    mut f: impl FnMut(usize, u32),
+) {
+    let qps = layout.group_qps(seq);
+    if let [one] = items {
+        let apart = ar.applies_to(one.size);
+        for (qp, _, len) in chunks_of(one, &qps) {
+            f(qp, pieces(len, max_write) + u32::from(len > 0 && apart));
+        }
+        return;
+    }
+    for it in items {
+        for (qp, _, len) in chunks_of(it, &qps) {
+            if len > 0 {
+                f(qp, pieces(len, max_write));
+            }
+        }
+    }
+    for (i, qp) in qps.enumerate() {
+        f(
+            qp,
+            if i == 0 {
+                pieces(4 * items.len() as u32, max_write)
+            } else {
+                1
+            },
+        );
+    }
 }
 
 /// One matched send of a group.

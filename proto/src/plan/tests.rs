@@ -297,7 +297,7 @@ fn a_message_over_a_virtual_nic_is_cut_across_its_members_with_each_members_keys
 }
 
 #[test]
-fn queue_depths_cover_the_worst_case_the_plan_can_produce() {
+fn queue_depths_cover_every_group_and_32_groups_that_need_no_pieces() {
     let sizes = [0u32, 1, 127, 129, 4096, 100_000, (1 << 31) + 1, u32::MAX];
     let mut layouts = Vec::new();
     for split in [false, true] {
@@ -312,15 +312,14 @@ fn queue_depths_cover_the_worst_case_the_plan_can_produce() {
     for lay in layouts {
         let d = queue_depths(lay.nqps);
         // Groups of one buffer (with adaptive routing: its pieces plain, then an immediate of
-        // its own on each QP) and of 8.
+        // its own on each QP) and of 8; from size index 6 on, only the largest sizes.
         for (mix, n, ar) in [0, 6]
             .into_iter()
             .flat_map(|m| [1, MAX_RECVS].map(|n| (m, n)))
             .flat_map(|(m, n)| ARS.map(|ar| (m, n, ar)))
         {
-            // 32 outstanding groups of `n` buffers of a size mix (from index `mix` on: the
-            // largest sizes in every buffer), written 1 GiB at most at a time: count writes
-            // per QP.
+            // 32 outstanding groups, written 1 GiB at most at a time: count writes per QP,
+            // those of the groups that need no pieces apart.
             let mut per_qp = vec![0u32; lay.nqps];
             let mut finals = 0u32;
             for seq in 0..SLOTS as u64 {
@@ -330,31 +329,64 @@ fn queue_depths_cover_the_worst_case_the_plan_can_produce() {
                         item(i as u64, sizes[k])
                     })
                     .collect();
+                let mut group = vec![0u32; lay.nqps];
                 for w in plan_group(seq, &items, &lay, SIZES, MIN_WRITE_LIMIT, ar) {
-                    per_qp[w.qp] += 1;
+                    group[w.qp] += 1;
                     finals += u32::from(w.imm.is_some());
                 }
+                let mut counted = vec![0u32; lay.nqps];
+                writes_per_qp(seq, &items, &lay, MIN_WRITE_LIMIT, ar, |q, k| {
+                    counted[q] += k
+                });
+                assert_eq!(counted, group, "{lay:?} group {seq} {n} buffers {ar:?}");
+                let worst = group.iter().copied().max().unwrap_or(0);
+                assert!(
+                    worst <= largest_group_wrs() && largest_group_wrs() <= d.send_wr,
+                    "{lay:?} {n} buffers {ar:?}: one group puts {worst} writes on one QP"
+                );
+                if mix == 0 {
+                    for (q, k) in group.iter().enumerate() {
+                        per_qp[q] += k;
+                    }
+                }
             }
-            let worst = per_qp.iter().copied().max().unwrap_or(0);
-            assert!(
-                worst <= d.send_wr,
-                "{lay:?} {n} buffers {ar:?}: {worst} writes on one QP"
-            );
             assert!(
                 finals + SLOTS as u32 <= d.cqe,
                 "{lay:?} {n} buffers {ar:?}: {finals} signaled"
             );
+            // Groups of buffers of at most 1 GiB: all 32 fit at once, nothing waits for room.
+            let small: Vec<SendItem> = (0..n).map(|i| item(i as u64, 1 << 30)).collect();
+            let mut room = vec![0u32; lay.nqps];
+            for seq in 0..SLOTS as u64 {
+                writes_per_qp(seq, &small, &lay, MIN_WRITE_LIMIT, ar, |q, k| room[q] += k);
+            }
+            let worst = room.iter().copied().max().unwrap_or(0);
+            assert!(worst <= d.send_wr, "{lay:?} {n} buffers {ar:?}: {worst}");
         }
         // Receiver: a receive per QP per group (split uses every QP).
         assert!(SLOTS as u32 * lay.nqps as u32 + SLOTS as u32 <= d.cqe);
         assert!(SLOTS as u32 <= d.recv_wr);
     }
-    // One QP: 32 groups x (8 buffers x 4 pieces + the final). From 4 QPs on, a split chunk
-    // of the largest buffer fits one write and 32 x (8 + 1) remain.
-    assert_eq!(queue_depths(1).send_wr, 1056);
-    assert_eq!(queue_depths(2).send_wr, 544);
-    assert_eq!(queue_depths(4).send_wr, 288);
-    assert_eq!(queue_depths(128).send_wr, 288);
+    // Every data QP's send queue: 32 groups x (8 buffers + the final), below NCCL's 2 x 256,
+    // for any number of QPs; one group of the largest buffers needs 8 x 4 + 1.
+    for nqps in [1usize, 2, 4, 128] {
+        let d = queue_depths(nqps);
+        assert_eq!(d.send_wr, 288);
+        assert!(d.send_wr <= 512 && d.cts_wr <= 512 && d.recv_wr <= 256);
+        assert!(d.cqe <= 256 * nqps as u32, "below NCCL's send-side CQ");
+    }
+    assert_eq!(largest_group_wrs(), 33);
+    assert_eq!(queue_depths(1).cts_wr, 2 * (32 + CTS_SIGNAL_EVERY as u32));
+}
+
+#[test]
+fn the_clear_to_send_queue_holds_32_writes_each_split_in_two_and_the_unsignaled_ones() {
+    // Each clear-to-send write covers at least one new group; one that wraps around the ring
+    // is two work requests; CTS_SIGNAL_EVERY - 1 unsignaled writes may precede a signaled one.
+    let d = queue_depths(1);
+    let worst = 2 * (SLOTS as u32 + CTS_SIGNAL_EVERY as u32);
+    assert!(worst <= d.cts_wr);
+    assert!(d.unused_wr >= 1, "a QP needs at least one entry per queue");
 }
 
 #[test]

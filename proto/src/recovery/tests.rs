@@ -561,3 +561,23 @@ fn the_start_delay_holds_the_rebuild_and_the_attempts_cap_ends_a_recovery_that_k
         ))
     );
 }
+
+#[test]
+fn a_recovery_gives_back_the_room_of_delivered_groups_and_keeps_the_replayed_ones() {
+    let (mut c, reqs) = sender(QpLayout::one_device(1, false), 3);
+    assert_eq!(c.queue_held(0), 3, "one write per group");
+    c.begin_recovery(s(1), "QP 0 went to error").unwrap();
+    // Groups 0 and 2 arrived; group 1 did not.
+    c.apply_peer_state(&state(1, 3, &[(1, 0)])).unwrap();
+    assert_eq!(
+        c.queue_held(0),
+        1,
+        "only the replayed group still holds room"
+    );
+    c.resume(1, s(2)).unwrap();
+    let replay: Vec<u64> = c.replay().map(|g| g.wr_id()).collect();
+    assert_eq!(replay.len(), 1);
+    c.handle_completion(replay[0]);
+    assert_eq!(c.queue_held(0), 0);
+    assert_eq!(c.take_done(reqs[1]), Ok(Some(Done::one(4096))));
+}

@@ -342,6 +342,8 @@ impl Wire {
             return false;
         }
         let m = self.groups[gi][mi];
+        // The core keeps each QP's send queue within its room, counted as this wire plans.
+        self.send.set_plan(self.max_write, self.ar);
         let (arena, fifo) = (&self.arena, self.fifo as usize);
         let step = self
             .send

@@ -148,6 +148,9 @@ impl SendCore {
     /// A group's writes all arrived: its sends are done.
     fn deliver_slot(&mut self, s: usize) {
         let f = &mut self.inflight[s];
+        if f.remaining > 0 {
+            self.room.give_back(f.seq, &f.items[..f.n], &self.layout);
+        }
         f.remaining = 0;
         f.replay = 0;
         for &r in &f.reqs[..f.n] {

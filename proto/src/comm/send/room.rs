@@ -1,0 +1,92 @@
+//! The room in each data QP's send queue: how many work requests the groups posted and not yet
+//! delivered hold on each QP, so that a group is written only when its writes fit
+//! ([`plan::SEND_ROOM`] per QP, the depth the QPs are made with).
+//!
+//! A group's work requests on a QP are held from its post until every signaled write of the
+//! group completed (its last completion retires everything it posted, on every QP it used,
+//! since each QP completes in order), or until a recovery found it delivered. The count only
+//! ever overstates what a QP holds, never understates it: a replay after a recovery posts, on
+//! emptied QPs, a part of groups that are still held. Nothing is allocated per message: the
+//! counts are one vector per comm, sized once.
+
+use crate::plan::{self, AdaptiveRouting, QpLayout, SendItem};
+
+/// Work requests held per QP, and how the send core counts a group's.
+#[derive(Debug, Clone)]
+pub struct Room {
+    held: Vec<u32>,
+    /// The group being checked, per QP (reused).
+    need: Vec<u32>,
+    /// Work requests one QP may hold.
+    cap: u32,
+    /// Counted as the transport plans: at most this many bytes per write, and the lone
+    /// buffers whose immediates go apart.
+    max_write: u32,
+    ar: AdaptiveRouting,
+}
+
+impl Room {
+    pub fn new(nqps: usize) -> Room {
+        Room {
+            held: vec![0; nqps.max(1)],
+            need: vec![0; nqps.max(1)],
+            cap: plan::SEND_ROOM,
+            max_write: plan::MIN_WRITE_LIMIT,
+            ar: AdaptiveRouting::OFF,
+        }
+    }
+
+    /// Plan as the transport does: `max_write` bytes at most per write, under `ar`.
+    pub fn set_plan(&mut self, max_write: u32, ar: AdaptiveRouting) {
+        self.max_write = max_write;
+        self.ar = ar;
+    }
+
+    /// Counts group `seq`'s work requests per QP into `need`.
+    fn count(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
+        let qps = layout.group_qps(seq);
+        let end = qps.end.min(self.need.len());
+        self.need[qps.start.min(end)..end].fill(0);
+        let need = &mut self.need;
+        plan::writes_per_qp(seq, items, layout, self.max_write, self.ar, |q, n| {
+            if let Some(c) = need.get_mut(q) {
+                *c += n;
+            }
+        });
+    }
+
+    /// The first QP group `seq`'s writes do not fit in now, if any. A group always fits a QP
+    /// that holds nothing, so a group never waits for ever (with the real write limits one
+    /// group needs at most [`plan::largest_group_wrs`], within the room; only a test's tiny
+    /// write limit makes a group larger than the room, and then it goes alone).
+    pub fn full_qp(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) -> Option<usize> {
+        self.count(seq, items, layout);
+        layout
+            .group_qps(seq)
+            .filter(|&q| q < self.held.len())
+            .find(|&q| self.held[q] > 0 && self.held[q] + self.need[q] > self.cap)
+    }
+
+    /// Group `seq` is posted: its work requests are held.
+    pub fn take(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
+        self.count(seq, items, layout);
+        let n = self.held.len();
+        for q in layout.group_qps(seq).filter(|&q| q < n) {
+            self.held[q] += self.need[q];
+        }
+    }
+
+    /// Group `seq` is delivered: its work requests are retired.
+    pub fn give_back(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
+        self.count(seq, items, layout);
+        let n = self.held.len();
+        for q in layout.group_qps(seq).filter(|&q| q < n) {
+            self.held[q] = self.held[q].saturating_sub(self.need[q]);
+        }
+    }
+
+    /// Work requests QP `q` holds.
+    pub fn held(&self, q: usize) -> u32 {
+        self.held.get(q).copied().unwrap_or(0)
+    }
+}
