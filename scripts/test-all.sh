@@ -58,4 +58,4 @@ sed 's/^/    /' target/guest-out/guest-tests.list >&2
 [ -s target/guest-out/guest-tests.list ] || { echo "no guest tests were built" >&2; exit 1; }
 
 step "guest tests (soft-RoCE, one boot)"
-testbed/host/run-in-guest.sh --timeout "${FERRO_GUEST_TEST_TIMEOUT:-1800}" -- testbed/guest/run-tests.sh target/guest-out/guest-tests.list
+testbed/host/run-in-guest.sh --timeout "${FERRO_GUEST_TEST_TIMEOUT:-2700}" -- testbed/guest/run-tests.sh target/guest-out/guest-tests.list

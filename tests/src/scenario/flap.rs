@@ -61,9 +61,13 @@ const GROUP_TAG: i32 = 100;
 /// Rounds of 32 messages while the link flaps.
 const ROUNDS: usize = 2;
 
-/// `ip link set LINK up|down`.
+/// `ip link set LINK up|down`. The link keeps its IPv6 address while down
+/// (`keep_addr_on_down`), so rxe1's IPv6 GID is still there for the tests that run after.
 pub fn set_link(up: bool) -> HResult<()> {
     let state = if up { "up" } else { "down" };
+    let keep = format!("/proc/sys/net/ipv6/conf/{LINK}/keep_addr_on_down");
+    std::fs::write(&keep, "1")
+        .map_err(|e| HarnessError::Failed(format!("cannot write {keep}: {e}")))?;
     let out = Command::new("ip")
         .args(["link", "set", LINK, state])
         .output()
