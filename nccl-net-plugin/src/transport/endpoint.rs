@@ -347,6 +347,14 @@ impl Endpoint {
         }
     }
 
+    /// Recovery: moves the receiver's flush QPs to the error state (their reads are posted
+    /// again at the resume).
+    pub(super) fn quiesce_flush_qps(&self, flush: &[FlushQp]) {
+        for f in flush {
+            let _ = to_state(&f.qp, IBV_QPS_ERR);
+        }
+    }
+
     /// Recovery: this side's members that cannot carry QPs now (a port not ACTIVE, or recorded
     /// down by an event), one bit per member.
     pub(super) fn members_down(&self) -> u8 {

@@ -110,13 +110,7 @@ impl SideSteps for RecvCore {
         let Side::Receiver { mem, flush, .. } = &comm.side else {
             return;
         };
-        for f in flush {
-            let mut a = ibv_qp_attr {
-                qp_state: IBV_QPS_ERR,
-                ..Default::default()
-            };
-            let _ = f.qp.modify(&mut a, IBV_QP_STATE);
-        }
+        comm.ep.quiesce_flush_qps(flush);
         // Every receive posted in this epoch completes once now: with its immediate (handed
         // to the core, which still counts it) or flushed. Drain until every one is accounted
         // for, so nothing that arrived is missing from the report.
