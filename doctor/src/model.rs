@@ -19,7 +19,7 @@ pub struct Report {
     /// Rejected settings.
     pub config_warnings: Vec<String>,
     /// Every variable NCCL 2.30's IB transport reads, its value here and how the plugin stands
-    /// to it (the README's table).
+    /// to it (the table in `docs/configuration.md`).
     pub nccl_variables: Vec<VariableRow>,
     /// libibverbs.
     pub library: Library,

@@ -1,6 +1,6 @@
 //! The catalogue of every variable NCCL 2.30's IB transport reads (`NCCL_IB_*`, with
 //! `NCCL_GDR_FLUSH_DISABLE` and `NCCL_DMABUF_ENABLE`), each with NCCL's default and how this
-//! plugin stands to it: the same meaning, a different one (how, why), or none (why). The README's
+//! plugin stands to it: the same meaning, a different one (how, why), or none (why). The configuration page's (`docs/configuration.md`)
 //! table, the doctor's configuration section and the INFO lines at `init` all come from here.
 //!
 //! A variable the `settings!` table reads has its value in the summary; one it does not read is
@@ -86,7 +86,7 @@ const NO_ALIVE: &str = "NCCL's port recovery sends alive messages over its own Q
 const MLX5DV: &str = "needs mlx5 direct verbs (libmlx5's mlx5dv_* calls), which this plugin neither links nor loads: it works through plain libibverbs on every provider";
 
 /// Every variable NCCL 2.30's IB transport reads (from its `net_ib` sources and `ibvwrap`, as of
-/// 2.30.7), in the README's order.
+/// 2.30.7), in the configuration page's order.
 pub const NCCL_2_30: &[NcclVariable] = &[
     same("NCCL_IB_DISABLE", "0"),
     same("NCCL_IB_HCA", "unset (every device)"),
@@ -312,11 +312,11 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_has_one_row_for_every_catalogued_variable() {
-        let readme = include_str!("../../../README.md");
+    fn the_configuration_page_has_one_row_for_every_catalogued_variable() {
+        let readme = include_str!("../../../docs/configuration.md");
         for v in NCCL_2_30 {
             let row = format!("| `{}` |", v.name);
-            assert_eq!(readme.matches(&row).count(), 1, "README row for {}", v.name);
+            assert_eq!(readme.matches(&row).count(), 1, "docs/configuration.md row for {}", v.name);
         }
     }
 
