@@ -36,6 +36,7 @@ impl std::error::Error for OpenError {}
 /// or the CUDA driver under a running application, must outlive every user of it).
 #[derive(Debug)]
 pub struct Library {
+    name: String,
     handle: NonNull<c_void>,
 }
 
@@ -49,8 +50,16 @@ impl Library {
         // SAFETY: c is NUL-terminated. Loading runs the library's constructors, which is the point.
         let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         NonNull::new(handle)
-            .map(|handle| Library { handle })
+            .map(|handle| Library {
+                name: name.to_string(),
+                handle,
+            })
             .ok_or_else(|| OpenError::Loader(dl_error()))
+    }
+
+    /// The name it was opened by.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// `dlsym`: the default version of `symbol`; `None` if absent.

@@ -235,11 +235,11 @@ pub fn verbs() -> Result<&'static Verbs, &'static LoadError> {
 pub use crate::dl::dl_error;
 
 macro_rules! required {
-    ($lib:ident, $lib_name:ident, $name:literal, $ver:literal, $ty:ty) => {{
+    ($lib:ident, $name:literal, $ver:literal, $ty:ty) => {{
         let p = $lib
             .vsym($name, $ver)
             .ok_or_else(|| LoadError::MissingSymbol {
-                lib: $lib_name.to_string(),
+                lib: $lib.name().to_string(),
                 symbol: $name,
                 version: $ver,
             })?;
@@ -266,56 +266,26 @@ pub fn load(lib: &str) -> Result<Verbs, LoadError> {
     })?;
     Ok(Verbs {
         lib: lib.into(),
-        get_device_list: required!(
-            l,
-            lib,
-            "ibv_get_device_list",
-            "IBVERBS_1.1",
-            GetDeviceListFn
-        ),
-        free_device_list: required!(
-            l,
-            lib,
-            "ibv_free_device_list",
-            "IBVERBS_1.1",
-            FreeDeviceListFn
-        ),
-        get_device_name: required!(
-            l,
-            lib,
-            "ibv_get_device_name",
-            "IBVERBS_1.1",
-            GetDeviceNameFn
-        ),
-        open_device: required!(l, lib, "ibv_open_device", "IBVERBS_1.1", OpenDeviceFn),
-        close_device: required!(l, lib, "ibv_close_device", "IBVERBS_1.1", CloseDeviceFn),
-        query_device: required!(l, lib, "ibv_query_device", "IBVERBS_1.1", QueryDeviceFn),
-        query_port: required!(l, lib, "ibv_query_port", "IBVERBS_1.1", QueryPortFn),
-        query_gid: required!(l, lib, "ibv_query_gid", "IBVERBS_1.1", QueryGidFn),
-        alloc_pd: required!(l, lib, "ibv_alloc_pd", "IBVERBS_1.1", AllocPdFn),
-        dealloc_pd: required!(l, lib, "ibv_dealloc_pd", "IBVERBS_1.1", DeallocPdFn),
-        reg_mr: required!(l, lib, "ibv_reg_mr", "IBVERBS_1.1", RegMrFn),
-        dereg_mr: required!(l, lib, "ibv_dereg_mr", "IBVERBS_1.1", DeregMrFn),
-        create_cq: required!(l, lib, "ibv_create_cq", "IBVERBS_1.1", CreateCqFn),
-        destroy_cq: required!(l, lib, "ibv_destroy_cq", "IBVERBS_1.1", DestroyCqFn),
-        create_qp: required!(l, lib, "ibv_create_qp", "IBVERBS_1.1", CreateQpFn),
-        modify_qp: required!(l, lib, "ibv_modify_qp", "IBVERBS_1.1", ModifyQpFn),
-        destroy_qp: required!(l, lib, "ibv_destroy_qp", "IBVERBS_1.1", DestroyQpFn),
-        fork_init: required!(l, lib, "ibv_fork_init", "IBVERBS_1.1", ForkInitFn),
-        get_async_event: required!(
-            l,
-            lib,
-            "ibv_get_async_event",
-            "IBVERBS_1.1",
-            GetAsyncEventFn
-        ),
-        ack_async_event: required!(
-            l,
-            lib,
-            "ibv_ack_async_event",
-            "IBVERBS_1.1",
-            AckAsyncEventFn
-        ),
+        get_device_list: required!(l, "ibv_get_device_list", "IBVERBS_1.1", GetDeviceListFn),
+        free_device_list: required!(l, "ibv_free_device_list", "IBVERBS_1.1", FreeDeviceListFn),
+        get_device_name: required!(l, "ibv_get_device_name", "IBVERBS_1.1", GetDeviceNameFn),
+        open_device: required!(l, "ibv_open_device", "IBVERBS_1.1", OpenDeviceFn),
+        close_device: required!(l, "ibv_close_device", "IBVERBS_1.1", CloseDeviceFn),
+        query_device: required!(l, "ibv_query_device", "IBVERBS_1.1", QueryDeviceFn),
+        query_port: required!(l, "ibv_query_port", "IBVERBS_1.1", QueryPortFn),
+        query_gid: required!(l, "ibv_query_gid", "IBVERBS_1.1", QueryGidFn),
+        alloc_pd: required!(l, "ibv_alloc_pd", "IBVERBS_1.1", AllocPdFn),
+        dealloc_pd: required!(l, "ibv_dealloc_pd", "IBVERBS_1.1", DeallocPdFn),
+        reg_mr: required!(l, "ibv_reg_mr", "IBVERBS_1.1", RegMrFn),
+        dereg_mr: required!(l, "ibv_dereg_mr", "IBVERBS_1.1", DeregMrFn),
+        create_cq: required!(l, "ibv_create_cq", "IBVERBS_1.1", CreateCqFn),
+        destroy_cq: required!(l, "ibv_destroy_cq", "IBVERBS_1.1", DestroyCqFn),
+        create_qp: required!(l, "ibv_create_qp", "IBVERBS_1.1", CreateQpFn),
+        modify_qp: required!(l, "ibv_modify_qp", "IBVERBS_1.1", ModifyQpFn),
+        destroy_qp: required!(l, "ibv_destroy_qp", "IBVERBS_1.1", DestroyQpFn),
+        fork_init: required!(l, "ibv_fork_init", "IBVERBS_1.1", ForkInitFn),
+        get_async_event: required!(l, "ibv_get_async_event", "IBVERBS_1.1", GetAsyncEventFn),
+        ack_async_event: required!(l, "ibv_ack_async_event", "IBVERBS_1.1", AckAsyncEventFn),
         reg_mr_iova2: optional!(l, "ibv_reg_mr_iova2", "IBVERBS_1.8", RegMrIova2Fn),
         reg_dmabuf_mr: optional!(l, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", RegDmabufMrFn),
         query_qp: optional!(l, "ibv_query_qp", "IBVERBS_1.1", QueryQpFn),
