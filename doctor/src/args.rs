@@ -93,11 +93,21 @@ struct Cli {
     gdr_policy: GdrPolicy,
     /// Read the RDMA sysfs tree under PATH instead of /sys (for fake trees; libibverbs itself
     /// always reads the real /sys)
-    #[arg(verbatim_doc_comment, long, value_name = "PATH")]
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_name = "PATH",
+        allow_hyphen_values = true
+    )]
     sysfs_root: Option<PathBuf>,
     /// Read PATH/sys, PATH/proc and PATH/dev instead of /sys, /proc and /dev, and look for NCCL
     /// and the plugin under PATH (a fake tree, or the host's filesystem mounted into a container)
-    #[arg(verbatim_doc_comment, long, value_name = "PATH")]
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_name = "PATH",
+        allow_hyphen_values = true
+    )]
     root: Option<PathBuf>,
 }
 

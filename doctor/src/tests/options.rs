@@ -66,6 +66,8 @@ fn argument_parsing() {
         run(&["--sysfs-root", "/s", "--root", "/h"]).sysfs_root,
         PathBuf::from("/h/sys")
     );
+    // A path is whatever follows, as before, even one that starts with a dash.
+    assert_eq!(run(&["--root", "-h"]).root, Some("-h".into()));
     let o = run(&["--root", "/h", "--sysfs-root", "/s"]);
     assert_eq!((o.sysfs_root, o.root), ("/s".into(), Some("/h".into())));
 }
