@@ -174,7 +174,8 @@ pub struct Opts {
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "nccl-harness",
-    about = "One rank of a multi-process plugin scenario"
+    about = "One rank of a multi-process plugin scenario",
+    args_override_self = true
 )]
 struct Cli {
     /// The scenario to run.
@@ -479,6 +480,12 @@ mod tests {
             (Scenario::Inflight32, 1, Flap::ForGood)
         );
         assert_eq!(o.delay, Duration::from_millis(1500));
+        // A flag given twice keeps its last value (a test's shared and per-rank arguments).
+        let o = parse_args(args(
+            "--scenario peer-kill --nranks 2 --victim sender --victim receiver",
+        ))
+        .expect("ok");
+        assert_eq!(o.victim, Victim::Receiver);
         for (line, says) in [
             ("--scenario nope", "unknown scenario"),
             ("--scenario cycles --nranks 2 --flap sideways", "'sideways'"),
