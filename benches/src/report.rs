@@ -160,16 +160,18 @@ fn of(ops: Option<OpCounts>, f: fn(&OpCounts) -> f64) -> String {
     ops.map_or(String::new(), |o| format!("{:.4}", f(&o)))
 }
 
+/// The CSV file: [`CSV_HEADER`], then one record per row (fields quoted where they need it).
 pub(crate) fn to_csv(meta: &Meta, rows: &[Row]) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "{CSV_HEADER}");
-    let label = meta.label.replace([',', '\n', '"'], " ");
+    // Writing into a Vec cannot fail: the results are ignored.
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let _ = w.write_record(CSV_HEADER.split(','));
     for r in rows {
         let l = r.lat;
         let lf =
             |f: fn(&LatStats) -> f64| l.as_ref().map_or(String::new(), |l| format!("{}", f(l)));
         let window = if r.mode == Mode::Lat { 1 } else { meta.window };
-        let fields = [
+        let _ = w.write_record([
+            "ferro-bench".to_string(),
             meta.mode.name().to_string(),
             r.size.to_string(),
             r.count.to_string(),
@@ -185,18 +187,17 @@ pub(crate) fn to_csv(meta: &Meta, rows: &[Row]) -> String {
             window.to_string(),
             meta.qps.to_string(),
             meta.split.to_string(),
-            meta.dev.replace(',', " "),
-            label.clone(),
+            meta.dev.clone(),
+            meta.label.clone(),
             of(r.ops, |o| o.send_posts),
             of(r.ops, |o| o.recv_posts),
             of(r.ops, |o| o.cts_writes),
             of(r.ops, |o| o.polls),
             of(r.ops, |o| o.empty_polls),
             of(r.ops, |o| o.allocations),
-        ];
-        let _ = writeln!(o, "ferro-bench,{}", fields.join(","));
+        ]);
     }
-    o
+    String::from_utf8_lossy(&w.into_inner().unwrap_or_default()).into_owned()
 }
 
 pub(crate) fn write_file(path: &Path, text: &str) -> Result<()> {
@@ -235,10 +236,16 @@ mod tests {
         let c = to_csv(&meta, &[r]);
         let lines: Vec<&str> = c.lines().collect();
         assert_eq!(lines.len(), 2);
+        // The label keeps its comma and quotes: the record is quoted where it needs it, and
+        // reads back with as many fields as the header.
+        assert!(lines[1].ends_with(",rxe0,\"a,\"\"b\"\"\",,,,,,"), "{c}");
+        let mut rd = csv::Reader::from_reader(c.as_bytes());
+        let header = rd.headers().unwrap().clone();
+        let rec = rd.records().next().unwrap().unwrap();
+        assert_eq!(header.len(), rec.len(), "{c}");
         assert_eq!(
-            lines[0].split(',').count(),
-            lines[1].split(',').count(),
-            "{c}"
+            &rec[header.iter().position(|h| h == "label").unwrap()],
+            "a,\"b\""
         );
         let l = Row::lat(8, 10, 1.0, LatStats::from_samples(&[2.0, 4.0]));
         let t = table(

@@ -14,8 +14,7 @@
 //! DMA-BUF (NCCL also requires driver 11.7 for it) and as "unknown" for GPUDirect RDMA.
 
 use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
-use ferro_verbs::loader::dl_error;
-use std::ffi::CString;
+use ferro_verbs::dl::{Library, OpenError};
 use std::fmt;
 
 /// The soname opened by [`probe_cuda`].
@@ -82,21 +81,14 @@ type CuDeviceGetAttributeFn =
     unsafe extern "C" fn(value: *mut c_int, attrib: c_int, device: c_int) -> c_int;
 type CuGetErrorNameFn = unsafe extern "C" fn(error: c_int, name: *mut *const c_char) -> c_int;
 
-fn sym(handle: *mut c_void, name: &str) -> Option<*mut c_void> {
-    let c = CString::new(name).ok()?;
-    // SAFETY: handle is a live dlopen handle (never closed); c is NUL-terminated.
-    let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
-    (!p.is_null()).then_some(p)
-}
-
 macro_rules! required {
     ($lib:expr, $handle:expr, $name:literal, $ty:ty) => {{
-        let Some(p) = sym($handle, $name) else {
+        let Some(p) = $handle.sym($name) else {
             return CudaState::Error(format!("{} lacks {}", $lib, $name));
         };
         // SAFETY: `$ty` transcribes the C prototype of `$name` from cuda.h (CUresult and CUdevice
         // are `int`, CUdevice_attribute is an `int`-sized enum).
-        unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
+        unsafe { core::mem::transmute::<*mut c_void, $ty>(p.as_ptr()) }
     }};
 }
 
@@ -131,14 +123,13 @@ pub fn probe_cuda() -> CudaState {
 
 /// As [`probe_cuda`], from the library `lib` (a soname or path; tests use stand-ins).
 pub fn probe_cuda_lib(lib: &str) -> CudaState {
-    let Ok(c) = CString::new(lib) else {
-        return CudaState::NotInstalled(format!("{lib:?}: NUL in library name"));
+    let handle = match Library::open(lib) {
+        Ok(h) => h,
+        Err(OpenError::NulInName) => {
+            return CudaState::NotInstalled(format!("{lib:?}: NUL in library name"));
+        }
+        Err(OpenError::Loader(msg)) => return CudaState::NotInstalled(msg),
     };
-    // SAFETY: c is NUL-terminated; loading runs the library's constructors, which is the point.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        return CudaState::NotInstalled(dl_error());
-    }
     // The handle is deliberately never closed.
     let cu_init = required!(lib, handle, "cuInit", CuInitFn);
     let cu_driver_get_version = required!(lib, handle, "cuDriverGetVersion", CuDriverGetVersionFn);
@@ -146,9 +137,9 @@ pub fn probe_cuda_lib(lib: &str) -> CudaState {
     let cu_device_get = required!(lib, handle, "cuDeviceGet", CuDeviceGetFn);
     let cu_device_get_attribute =
         required!(lib, handle, "cuDeviceGetAttribute", CuDeviceGetAttributeFn);
-    let get_error_name = sym(handle, "cuGetErrorName").map(|p| {
+    let get_error_name = handle.sym("cuGetErrorName").map(|p| {
         // SAFETY: as in `required!`: `CuGetErrorNameFn` transcribes cuGetErrorName (CUDA ≥ 6.0).
-        unsafe { core::mem::transmute::<*mut c_void, CuGetErrorNameFn>(p) }
+        unsafe { core::mem::transmute::<*mut c_void, CuGetErrorNameFn>(p.as_ptr()) }
     });
     let api = Api { get_error_name };
 

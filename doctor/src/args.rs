@@ -1,31 +1,15 @@
 //! The command line: options, their values, and usage errors that name the option as typed.
+//!
+//! Parsed by `clap` (derive): `--opt VALUE` and `--opt=VALUE` both work, a repeated option keeps
+//! its last value, and every usage error names the option and the value given.
 
-use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// `--help` text.
-pub const HELP: &str = "\
-nccl-net-doctor: will the Ferro NCCL network plugin work on this host, and why (not)?
-
-Usage: nccl-net-doctor [--json | --output text|json|nfd] [--gdr-policy required|optional]
-                       [--sysfs-root PATH] [--root PATH]
-
-Options:
-  --output FORMAT     text (the default: one screen), json (one JSON object, format_version 2;
-                      keys: see the doctor module docs) or nfd (a node-feature-discovery
-                      feature file: key=value lines under ferro.nccl-net/)
-  --json              the same as --output json
-  --gdr-policy POLICY required (the default): a node without a GPUDirect RDMA path fails;
-                      optional: such a node is fine, reported as host staging by design
-  --sysfs-root PATH   read the RDMA sysfs tree under PATH instead of /sys (for fake trees;
-                      libibverbs itself always reads the real /sys)
-  --root PATH         read PATH/sys, PATH/proc and PATH/dev instead of /sys, /proc and /dev,
-                      and look for NCCL and the plugin under PATH (a fake tree, or the host's
-                      filesystem mounted into a container)
-  -V, --version       print the doctor's version
-  -h, --help          print this help
-
+/// What follows the options in `--help`.
+const AFTER_HELP: &str = "\
 Options that take a value also accept it after `=` (--root=PATH).
 
 The report uses the plugin's own configuration (NCCL_IB_* variables), device discovery and GID
@@ -36,23 +20,22 @@ pick from it, NCCL_NET).
 Exit status: 0 when at least one device port is usable and no node or pod check failed; 1 when
 no port is usable (including no libibverbs and NCCL_IB_DISABLE=1); 2 on usage errors; 3 when a
 port is usable but a node or pod check failed (GPUDirect RDMA or NCCL's networking will not work
-as intended).
-";
+as intended).";
 
 /// How the report is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum Output {
     /// The one-screen text report.
     #[default]
     Text,
-    /// One JSON object.
+    /// One JSON object (format_version 2; keys: see the doctor module docs).
     Json,
-    /// A node-feature-discovery feature file.
+    /// A node-feature-discovery feature file: key=value lines under ferro.nccl-net/.
     Nfd,
 }
 
 /// Whether a node needs a GPUDirect RDMA path (`--gdr-policy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum GdrPolicy {
     /// No GPUDirect RDMA path is a failure.
     #[default]
@@ -68,6 +51,64 @@ impl GdrPolicy {
             GdrPolicy::Optional => "optional",
         }
     }
+}
+
+/// The command line as `clap` sees it; [`parse_args`] turns it into [`Options`].
+#[derive(Debug, Parser)]
+#[command(
+    name = "nccl-net-doctor",
+    version,
+    about = "nccl-net-doctor: will the Ferro NCCL network plugin work on this host, and why (not)?",
+    after_help = AFTER_HELP,
+    args_override_self = true,
+    next_line_help = true
+)]
+struct Cli {
+    /// How the report is printed: text (the default: one screen), json (one JSON object,
+    /// format_version 2; keys: see the doctor module docs) or nfd (a node-feature-discovery
+    /// feature file: key=value lines under ferro.nccl-net/)
+    #[arg(
+        verbatim_doc_comment,
+        hide_possible_values = true,
+        long,
+        value_name = "FORMAT",
+        value_enum,
+        overrides_with = "json"
+    )]
+    output: Option<Output>,
+    /// The same as --output json
+    #[arg(long, overrides_with = "output")]
+    json: bool,
+    /// required (the default): a node without a GPUDirect RDMA path fails;
+    /// optional: such a node is fine, reported as host staging by design
+    #[arg(
+        verbatim_doc_comment,
+        hide_possible_values = true,
+        hide_default_value = true,
+        long,
+        value_name = "POLICY",
+        value_enum,
+        default_value_t
+    )]
+    gdr_policy: GdrPolicy,
+    /// Read the RDMA sysfs tree under PATH instead of /sys (for fake trees; libibverbs itself
+    /// always reads the real /sys)
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_name = "PATH",
+        allow_hyphen_values = true
+    )]
+    sysfs_root: Option<PathBuf>,
+    /// Read PATH/sys, PATH/proc and PATH/dev instead of /sys, /proc and /dev, and look for NCCL
+    /// and the plugin under PATH (a fake tree, or the host's filesystem mounted into a container)
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_name = "PATH",
+        allow_hyphen_values = true
+    )]
+    root: Option<PathBuf>,
 }
 
 /// Parsed options.
@@ -99,79 +140,43 @@ pub enum Command {
     Run(Options),
 }
 
-/// Parses the arguments after the program name; `Err` is a usage error message that names the
-/// option as the user typed it.
-pub fn parse_args<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, String> {
-    let mut opts = Options::default();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let bytes = arg.as_bytes();
-        // `--name=value`: split at the first `=`, keeping the value's bytes intact.
-        let (name, inline): (String, Option<OsString>) = match bytes.iter().position(|&b| b == b'=')
-        {
-            Some(i) if bytes.starts_with(b"--") => (
-                String::from_utf8_lossy(&bytes[..i]).into_owned(),
-                Some(OsStr::from_bytes(&bytes[i + 1..]).to_os_string()),
-            ),
-            _ => (arg.to_string_lossy().into_owned(), None),
-        };
-        let typed = arg.to_string_lossy().into_owned();
-        let mut value = |what: &str| -> Result<OsString, String> {
-            match inline.clone().or_else(|| args.next()) {
-                Some(v) if !v.is_empty() => Ok(v),
-                _ => Err(format!("{name} needs {what}")),
-            }
-        };
-        let flag = |inline: &Option<OsString>| match inline {
-            Some(_) => Err(format!("{name} takes no value (got {typed:?})")),
-            None => Ok(()),
-        };
-        match name.as_str() {
-            "-h" | "--help" => {
-                flag(&inline)?;
-                return Ok(Command::Help);
-            }
-            "-V" | "--version" => {
-                flag(&inline)?;
-                return Ok(Command::Version);
-            }
-            "--json" => {
-                flag(&inline)?;
-                opts.output = Output::Json;
-            }
-            "--output" => {
-                let v = value("a FORMAT (text, json or nfd)")?;
-                opts.output = match v.to_string_lossy().as_ref() {
-                    "text" => Output::Text,
-                    "json" => Output::Json,
-                    "nfd" => Output::Nfd,
-                    other => {
-                        return Err(format!(
-                            "{name}: unknown format {other:?} (text, json or nfd)"
-                        ));
-                    }
-                };
-            }
-            "--gdr-policy" => {
-                let v = value("a POLICY (required or optional)")?;
-                opts.gdr_policy = match v.to_string_lossy().as_ref() {
-                    "required" => GdrPolicy::Required,
-                    "optional" => GdrPolicy::Optional,
-                    other => {
-                        return Err(format!(
-                            "{name}: unknown policy {other:?} (required or optional)"
-                        ));
-                    }
-                };
-            }
-            "--sysfs-root" => opts.sysfs_root = PathBuf::from(value("a PATH")?),
-            "--root" => {
-                let p = PathBuf::from(value("a PATH")?);
-                opts.sysfs_root = p.join("sys");
-                opts.root = Some(p);
-            }
-            _ => return Err(format!("unknown argument {typed:?}")),
-        }
-    }
-    Ok(Command::Run(opts))
+/// The `--help` text.
+pub fn help() -> String {
+    Cli::command().render_help().to_string()
+}
+
+/// Parses the arguments after the program name. `Err` is a usage error that names the option
+/// as the user typed it (print it with its `Display`: it ends with a usage line).
+pub fn parse_args<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, clap::Error> {
+    let argv = std::iter::once(OsString::from("nccl-net-doctor")).chain(args);
+    let matches = match Cli::command().try_get_matches_from(argv) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::DisplayHelp => return Ok(Command::Help),
+        Err(e) if e.kind() == ErrorKind::DisplayVersion => return Ok(Command::Version),
+        Err(e) => return Err(e),
+    };
+    let cli = Cli::from_arg_matches(&matches)?;
+    let output = match (cli.json, cli.output) {
+        (true, _) => Output::Json,
+        (false, o) => o.unwrap_or_default(),
+    };
+    // `--root` sets the sysfs tree too; of `--root` and `--sysfs-root`, the later one decides.
+    let root_is_later = matches.index_of("root") > matches.index_of("sysfs_root");
+    let sysfs_root = match (&cli.root, cli.sysfs_root) {
+        (Some(root), Some(_)) if root_is_later => root.join("sys"),
+        (Some(root), None) => root.join("sys"),
+        (_, Some(s)) => s,
+        (None, None) => PathBuf::from("/sys"),
+    };
+    Ok(Command::Run(Options {
+        output,
+        gdr_policy: cli.gdr_policy,
+        sysfs_root,
+        root: cli.root,
+    }))
+}
+
+/// A usage error found after parsing (such as a path that is not a directory), in clap's form.
+pub fn usage_error(msg: impl std::fmt::Display) -> clap::Error {
+    Cli::command().error(ErrorKind::ValueValidation, msg)
 }

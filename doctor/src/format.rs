@@ -36,24 +36,24 @@ pub(crate) fn family_name(g: &GidEntry) -> Option<&'static str> {
 }
 
 /// Appends `text` word-wrapped at [`WIDTH`]: the first line after `first`, the others after `rest`.
+/// Runs of whitespace become one space; a word longer than a line is never broken.
 pub(crate) fn wrap(out: &mut String, first: &str, rest: &str, text: &str) {
-    let mut line = String::from(first);
-    let mut empty = true;
-    for word in text.split_whitespace() {
-        if !empty && line.chars().count() + 1 + word.chars().count() > WIDTH {
-            out.push_str(&line);
-            out.push('\n');
-            line = String::from(rest);
-            empty = true;
-        }
-        if !empty {
-            line.push(' ');
-        }
-        line.push_str(word);
-        empty = false;
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let options = textwrap::Options::new(WIDTH)
+        .initial_indent(first)
+        .subsequent_indent(rest)
+        .break_words(false)
+        .word_separator(textwrap::WordSeparator::AsciiSpace)
+        .wrap_algorithm(textwrap::WrapAlgorithm::FirstFit);
+    if words.is_empty() {
+        out.push_str(first);
+        out.push('\n');
+        return;
     }
-    out.push_str(&line);
-    out.push('\n');
+    for line in textwrap::wrap(&words, &options) {
+        out.push_str(&line);
+        out.push('\n');
+    }
 }
 
 pub(crate) fn or_unset(v: Option<&str>) -> String {

@@ -16,17 +16,16 @@ fn print(text: &str) {
     let _ = out.flush();
 }
 
-fn usage_error(msg: &str) -> ExitCode {
-    eprintln!(
-        "nccl-net-doctor: {msg}\nUsage: nccl-net-doctor [--json | --output text|json|nfd] [--gdr-policy required|optional] [--sysfs-root PATH] [--root PATH]; --help for more"
-    );
+/// Prints a usage error (clap's, or one found after parsing) and gives exit status 2.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    eprint!("{e}");
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
     let opts = match doctor::parse_args(std::env::args_os().skip(1)) {
         Ok(Command::Help) => {
-            print(doctor::HELP);
+            print(&doctor::help());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {
@@ -38,11 +37,14 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Ok(Command::Run(opts)) => opts,
-        Err(msg) => return usage_error(&msg),
+        Err(e) => return usage_error(&e),
     };
     // Name the option the user gave: --root when it set the tree, else --sysfs-root.
     if let Some(root) = opts.root.as_ref().filter(|r| !r.is_dir()) {
-        return usage_error(&format!("--root {}: not a directory", root.display()));
+        return usage_error(&doctor::usage_error(format!(
+            "--root {}: not a directory",
+            root.display()
+        )));
     }
     if !opts.sysfs_root.is_dir() {
         let from_root = opts
@@ -54,10 +56,10 @@ fn main() -> ExitCode {
         } else {
             "--sysfs-root"
         };
-        return usage_error(&format!(
+        return usage_error(&doctor::usage_error(format!(
             "{option} {}: not a directory",
             opts.sysfs_root.display()
-        ));
+        )));
     }
     let mut report = match &opts.root {
         Some(root) => doctor::collect_at(&doctor::Roots::under(root)),

@@ -221,5 +221,17 @@ fn version_and_usage_errors_name_the_option_the_user_typed() {
     assert!(err.contains("--root (its sys directory)"), "{err}");
     let (code, _, err) = doctor(&["--output".as_ref(), "yaml".as_ref()]);
     assert_eq!(code, 2);
-    assert!(err.contains("--output: unknown format \"yaml\""), "{err}");
+    assert!(
+        err.contains("invalid value 'yaml' for '--output <FORMAT>'"),
+        "{err}"
+    );
+    let (code, _, err) = doctor(&["--sysfs-root=".as_ref()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("'--sysfs-root <PATH>'"), "{err}");
+    let (code, out, _) = doctor(&["--help".as_ref()]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("--gdr-policy <POLICY>") && out.contains("Exit status"),
+        "{out}"
+    );
 }

@@ -20,8 +20,6 @@ use ferro_ffi::{
     AbiVersion, FerroNetStatsFn, NCCL_NET_TRAFFIC_CLASS_UNDEF, ferroNetStats_v1_t,
     ncclDebugLogger_t, ncclProfilerCallback_t, ncclResult_t,
 };
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -43,7 +41,7 @@ pub fn abi_from_env() -> Result<AbiVersion, String> {
     }
 }
 
-pub use crate::loader::open_library;
+pub use crate::loader::{Library, open_library};
 
 /// A plugin call's outcome: the value, or the non-success code it returned.
 pub type NetResult<T> = Result<T, ncclResult_t>;
@@ -176,6 +174,8 @@ pub struct Net {
     /// The v11+ context from the last `init` (NULL before).
     ctx: AtomicPtr<c_void>,
     path: PathBuf,
+    /// The loaded library (`None` for a table linked into this process).
+    lib: Option<Library>,
     /// The plugin's statistics function (not part of NCCL's ABI), when the loaded library
     /// exports it.
     stats: Option<FerroNetStatsFn>,
@@ -209,12 +209,16 @@ impl Net {
 
     /// As [`Net::load_from`], for the table of `version`.
     pub fn load_version(path: &Path, version: AbiVersion) -> Result<Net, String> {
-        let table = crate::loader::open_plugin_version(path, version)?;
+        let lib = open_library(path)?;
+        let table = lib
+            .table(version)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(Net {
             table,
             ctx: AtomicPtr::new(std::ptr::null_mut()),
             path: path.to_path_buf(),
-            stats: crate::loader::stats_fn(path),
+            lib: Some(lib),
+            stats: lib.stats_fn(),
         })
     }
 
@@ -224,6 +228,7 @@ impl Net {
             table: table.into(),
             ctx: AtomicPtr::new(std::ptr::null_mut()),
             path: PathBuf::new(),
+            lib: None,
             stats: None,
         }
     }
@@ -233,25 +238,11 @@ impl Net {
         self.table.version()
     }
 
-    /// Looks up another symbol of the plugin (NULL if absent).
+    /// Looks up another symbol of the plugin (NULL if absent, or for a linked table).
     pub fn dlsym(&self, name: &CStr) -> *mut c_void {
-        let c = match CString::new(self.path.as_os_str().as_bytes()) {
-            Ok(c) => c,
-            Err(_) => return std::ptr::null_mut(),
-        };
-        // SAFETY: RTLD_NOLOAD returns the existing handle of the already-loaded library (or NULL);
-        // the extra reference is never released, like the first one.
-        let lib = unsafe {
-            libc::dlopen(
-                c.as_ptr(),
-                libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NOLOAD,
-            )
-        };
-        if lib.is_null() {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: live handle, NUL-terminated name.
-        unsafe { libc::dlsym(lib, name.as_ptr()) }
+        self.lib
+            .and_then(|l| l.symbol(&name.to_string_lossy()))
+            .map_or(std::ptr::null_mut(), |p| p.as_ptr())
     }
 
     /// The exported table with the current v11+ context (for calls the wrapper does not offer,

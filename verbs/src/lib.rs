@@ -2,6 +2,8 @@
 //! it.
 //!
 //! - [`sys`]: hand-written `repr(C)` verbs types (layout checked against the system headers by a test).
+//! - [`dl`]: the dynamic loader (open once with `RTLD_NOW|RTLD_LOCAL`, never close; `dlsym`,
+//!   `dlvsym`), shared with the GPUDirect detection's CUDA driver.
 //! - [`loader`]: `dlopen` of libibverbs with pinned symbol versions; optional symbols become capabilities.
 //! - [`ops`]: the `static inline` verbs (post_send, post_recv, poll_cq, ...) ported to Rust.
 //! - Safe owners of verbs objects, one file each ([`context`], [`pd`], [`cq`], [`qp`], [`mr`]):
@@ -18,6 +20,7 @@
 //! - [`gid`]: GID index selection (explicit or automatic RoCE v2 / address-family choice).
 pub mod context;
 pub mod cq;
+pub mod dl;
 pub mod error;
 pub mod gid;
 pub mod hostbuf;

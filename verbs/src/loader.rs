@@ -9,9 +9,9 @@
 //! a capability, reported, never a load failure. The library is never closed: providers keep
 //! threads and state that must outlive the plugin.
 
+use crate::dl::Library;
 use crate::sys::*;
-use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
-use std::ffi::CString;
+use core::ffi::{c_char, c_int, c_uint, c_void};
 use std::fmt;
 use std::sync::OnceLock;
 
@@ -232,56 +232,27 @@ pub fn verbs() -> Result<&'static Verbs, &'static LoadError> {
     open(None)
 }
 
-/// The text of `dlerror()` (the last dynamic-loader error on this thread), or a placeholder.
-pub fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a pointer to a thread-local NUL-terminated message, valid
-    // until the next dl* call on this thread; it is copied before any other dl* call.
-    let msg = unsafe { libc::dlerror() };
-    if msg.is_null() {
-        "unknown dlopen error".into()
-    } else {
-        // SAFETY: non-NULL, NUL-terminated (see above).
-        unsafe { CStr::from_ptr(msg) }
-            .to_string_lossy()
-            .into_owned()
-    }
-}
-
-struct Lib {
-    name: String,
-    handle: *mut c_void,
-}
-
-impl Lib {
-    /// Resolves `symbol@version`; `None` if absent.
-    fn sym(&self, symbol: &str, version: &str) -> Option<*mut c_void> {
-        let s = CString::new(symbol).ok()?;
-        let v = CString::new(version).ok()?;
-        // SAFETY: handle is a live dlopen handle (never closed); both strings are NUL-terminated.
-        let p = unsafe { libc::dlvsym(self.handle, s.as_ptr(), v.as_ptr()) };
-        (!p.is_null()).then_some(p)
-    }
-}
+pub use crate::dl::dl_error;
 
 macro_rules! required {
     ($lib:ident, $name:literal, $ver:literal, $ty:ty) => {{
         let p = $lib
-            .sym($name, $ver)
+            .vsym($name, $ver)
             .ok_or_else(|| LoadError::MissingSymbol {
-                lib: $lib.name.clone(),
+                lib: $lib.name().to_string(),
                 symbol: $name,
                 version: $ver,
             })?;
         // SAFETY: the symbol was resolved at the ABI version whose C prototype `$ty` transcribes.
-        unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
+        unsafe { core::mem::transmute::<*mut c_void, $ty>(p.as_ptr()) }
     }};
 }
 
 macro_rules! optional {
     ($lib:ident, $name:literal, $ver:literal, $ty:ty) => {{
-        $lib.sym($name, $ver).map(|p| {
+        $lib.vsym($name, $ver).map(|p| {
             // SAFETY: as in `required!`: resolved at the version whose prototype `$ty` transcribes.
-            unsafe { core::mem::transmute::<*mut c_void, $ty>(p) }
+            unsafe { core::mem::transmute::<*mut c_void, $ty>(p.as_ptr()) }
         })
     }};
 }
@@ -289,22 +260,10 @@ macro_rules! optional {
 /// Opens `lib` with `RTLD_NOW|RTLD_LOCAL` and resolves the table. Public for tests that point it
 /// at stand-in libraries; production code calls [`verbs`].
 pub fn load(lib: &str) -> Result<Verbs, LoadError> {
-    let c = CString::new(lib).map_err(|_| LoadError::NotFound {
+    let l = Library::open(lib).map_err(|e| LoadError::NotFound {
         lib: lib.into(),
-        reason: "NUL in name".into(),
+        reason: e.to_string(),
     })?;
-    // SAFETY: c is NUL-terminated. Loading runs the library's constructors, which is the point.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        return Err(LoadError::NotFound {
-            lib: lib.into(),
-            reason: dl_error(),
-        });
-    }
-    let l = Lib {
-        name: lib.into(),
-        handle,
-    };
     Ok(Verbs {
         lib: lib.into(),
         get_device_list: required!(l, "ibv_get_device_list", "IBVERBS_1.1", GetDeviceListFn),

@@ -84,13 +84,14 @@ pub(super) fn u(v: &str) -> Result<u64> {
 
 impl Data {
     pub(super) fn add_perftest(&mut self, text: &str) -> Result<()> {
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with("tool,") || line.starts_with('#') {
+        for rec in reader(text, false).records() {
+            let rec = rec.ctx("perftest.csv")?;
+            let c: Vec<&str> = rec.iter().collect();
+            if c.iter().all(|f| f.is_empty()) || c[0] == "tool" {
                 continue;
             }
-            let c: Vec<&str> = line.split(',').map(str::trim).collect();
-            let bad = |why: &str| Error::new(format!("perftest.csv line {}: {why}: {line}", i + 1));
+            let (n, line) = (line_of(&rec), c.join(","));
+            let bad = |why: &str| Error::new(format!("perftest.csv line {n}: {why}: {line}"));
             if c.len() < 4 {
                 return Err(bad("too few fields"));
             }
@@ -139,16 +140,15 @@ impl Data {
     }
 
     pub(super) fn add_ferro(&mut self, name: &str, text: &str) -> Result<()> {
-        let mut lines = text.lines();
-        let header: Vec<&str> = lines
-            .next()
-            .ok_or_else(|| Error::new(format!("{name}: empty")))?
-            .split(',')
-            .collect();
+        let mut rd = reader(text, true);
+        let header = rd.headers().ctx(name)?.clone();
+        if header.is_empty() {
+            return Err(Error::new(format!("{name}: empty")));
+        }
         let col = |n: &str| {
             header
                 .iter()
-                .position(|h| *h == n)
+                .position(|h| h == n)
                 .ok_or_else(|| Error::new(format!("{name}: no column {n}")))
         };
         let (mode, size, gbs, rate) = (
@@ -165,15 +165,17 @@ impl Data {
             .iter()
             .filter_map(|&n| col(n).ok().map(|k| (n, k)))
             .collect();
-        for (i, line) in lines.enumerate() {
-            if line.trim().is_empty() {
+        for rec in rd.records() {
+            let rec = rec.ctx(name)?;
+            let c: Vec<&str> = rec.iter().collect();
+            if c.iter().all(|f| f.is_empty()) {
                 continue;
             }
-            let c: Vec<&str> = line.split(',').collect();
+            let n = line_of(&rec);
             let at = |k: usize| {
                 c.get(k)
                     .copied()
-                    .ok_or_else(|| Error::new(format!("{name} line {}: too few fields", i + 2)))
+                    .ok_or_else(|| Error::new(format!("{name} line {n}: too few fields")))
             };
             let sz = u(at(size)?)?;
             let round = c.get(label).and_then(|l| round_of_label(l));
@@ -231,6 +233,22 @@ pub(super) const OP_COLUMNS: [&str; 4] = [
     "allocs_per_msg",
 ];
 
+/// A CSV reader over one input: fields trimmed, records of any length (files written before a
+/// column existed are shorter), `#` lines are comments.
+fn reader(text: &str, has_headers: bool) -> csv::Reader<&[u8]> {
+    csv::ReaderBuilder::new()
+        .has_headers(has_headers)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .comment(Some(b'#'))
+        .from_reader(text.as_bytes())
+}
+
+/// The line a record starts on (1-based).
+fn line_of(rec: &csv::StringRecord) -> u64 {
+    rec.position().map_or(0, csv::Position::line)
+}
+
 pub(super) fn load(dir: &Path) -> Result<Data> {
     let mut d = Data::default();
     let pt = dir.join("perftest.csv");
@@ -242,9 +260,14 @@ pub(super) fn load(dir: &Path) -> Result<Data> {
     let init = dir.join("init.csv");
     if init.exists() {
         let text = std::fs::read_to_string(&init).ctx(format!("reading {}", init.display()))?;
-        for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
-            let c: Vec<&str> = line.split(',').map(str::trim).collect();
+        for rec in reader(&text, true).records() {
+            let rec = rec.ctx("init.csv")?;
+            let c: Vec<&str> = rec.iter().collect();
+            if c.iter().all(|f| f.is_empty()) {
+                continue;
+            }
             if c.len() < 4 {
+                let line = c.join(",");
                 return Err(Error::new(format!("init.csv: bad line {line:?}")));
             }
             let opens = (!c[3].is_empty()).then(|| f(c[3])).transpose()?;

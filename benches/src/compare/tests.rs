@@ -84,4 +84,38 @@ fn bad_input_is_reported_with_its_line() {
     assert!(e.to_string().contains("line 1"), "{e}");
     assert!(d.add_perftest("ib_foo,1,8,1,2,3,4\n").is_err());
     assert!(d.add_ferro("x.csv", "").is_err());
+    let e = d
+        .add_ferro(
+            "x.csv",
+            &format!("{}\nferro-bench,bw\n", crate::report::CSV_HEADER),
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("x.csv line 2: too few fields"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_label_with_a_comma_reads_back_from_the_csv_ferro_bench_writes() {
+    use crate::model::{Meta, Mode, Row};
+    let meta = Meta {
+        mode: Mode::Bw,
+        plugin_path: "/x/lib.so".into(),
+        plugin_name: "Ferro".into(),
+        dev: "rxe0".into(),
+        dev_speed_mbps: 10000,
+        qps: 2,
+        split: 0,
+        window: 32,
+        target_s: 1.0,
+        label: "fast, tuned: round 7".into(),
+        setup_s: 0.5,
+    };
+    let csv = crate::report::to_csv(&meta, &[Row::bw(Mode::Bw, 1 << 20, 100, 2.0, 32, 32)]);
+    let mut d = Data::default();
+    d.add_ferro("ferro-bw.csv", &csv).unwrap();
+    let s = &d.fb_bw[&(2, 0, 32)];
+    assert_eq!(s.in_round(1 << 20, 7), s.get(1 << 20), "{csv}");
+    assert!(s.get(1 << 20).is_some());
 }

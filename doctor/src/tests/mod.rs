@@ -556,6 +556,28 @@ fn byte_formatting() {
 }
 
 #[test]
+fn wrapping_is_greedy_collapses_whitespace_and_never_breaks_a_word() {
+    let mut out = String::new();
+    let text = ["abcdefgh—"; 30].join("  \n ");
+    crate::format::wrap(&mut out, "* ", "  ", &text);
+    let long = "x".repeat(120);
+    crate::format::wrap(&mut out, "- ", "  ", &format!("a {long} b"));
+    crate::format::wrap(&mut out, "[empty]", "", " ");
+    let lines: Vec<&str> = out.lines().collect();
+    // 2 + 9 words of 9 and 8 spaces = 91 columns (the dash is one column, as a terminal shows
+    // it); a tenth word would make 101 > WIDTH (100).
+    let nine = ["abcdefgh—"; 9].join(" ");
+    assert_eq!(lines[0], format!("* {nine}"));
+    assert_eq!(lines[1..3], [format!("  {nine}"), format!("  {nine}")]);
+    assert_eq!(lines[3], format!("  {}", ["abcdefgh—"; 3].join(" ")));
+    assert_eq!(
+        lines[4..7],
+        ["- a".to_string(), format!("  {long}"), "  b".to_string()]
+    );
+    assert_eq!(lines[7..], ["[empty]"]);
+}
+
+#[test]
 fn port_state_explanations() {
     let ib = LinkLayer::InfiniBand;
     let not_active = |state| explain(&PortDecision::NotActive { state }, &ib, None).unwrap_err();

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn argument_parsing() {
-    let p = |v: &[&str]| parse_args(v.iter().map(OsString::from));
+    let p = |v: &[&str]| parse_args(v.iter().map(OsString::from)).map_err(|e| first_line(&e));
     assert_eq!(
         p(&[]),
         Ok(Command::Run(Options {
@@ -48,13 +48,38 @@ fn argument_parsing() {
     assert!(p(&["--sysfs-root="]).is_err());
     assert_eq!(
         p(&["--bogus"]),
-        Err("unknown argument \"--bogus\"".to_string())
+        Err("error: unexpected argument '--bogus' found".to_string())
     );
+    // A repeated option keeps its last value; of --json and --output, the later one decides;
+    // of --root and --sysfs-root, the later one sets the sysfs tree.
+    let run = |v: &[&str]| match p(v) {
+        Ok(Command::Run(o)) => o,
+        other => panic!("{v:?}: {other:?}"),
+    };
+    assert_eq!(
+        run(&["--root", "/a", "--root", "/b"]).root,
+        Some("/b".into())
+    );
+    assert_eq!(run(&["--json", "--output", "nfd"]).output, Output::Nfd);
+    assert_eq!(run(&["--output", "nfd", "--json"]).output, Output::Json);
+    assert_eq!(
+        run(&["--sysfs-root", "/s", "--root", "/h"]).sysfs_root,
+        PathBuf::from("/h/sys")
+    );
+    // A path is whatever follows, as before, even one that starts with a dash.
+    assert_eq!(run(&["--root", "-h"]).root, Some("-h".into()));
+    let o = run(&["--root", "/h", "--sysfs-root", "/s"]);
+    assert_eq!((o.sysfs_root, o.root), ("/s".into(), Some("/h".into())));
+}
+
+/// The first line of a usage error as printed (clap's message; a usage line follows).
+fn first_line(e: &clap::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
 #[test]
 fn every_option_takes_its_value_after_an_equals_sign_and_errors_name_the_option_typed() {
-    let p = |v: &[&str]| parse_args(v.iter().map(OsString::from));
+    let p = |v: &[&str]| parse_args(v.iter().map(OsString::from)).map_err(|e| first_line(&e));
     assert_eq!(
         p(&["--root=/host", "--output=nfd", "--gdr-policy=optional"]),
         Ok(Command::Run(Options {
@@ -75,27 +100,38 @@ fn every_option_takes_its_value_after_an_equals_sign_and_errors_name_the_option_
     assert_eq!(p(&["--version"]), Ok(Command::Version));
     assert_eq!(p(&["-V"]), Ok(Command::Version));
     for (args, message) in [
-        (&["--root="][..], "--root needs a PATH"),
+        (
+            &["--root="][..],
+            "error: a value is required for '--root <PATH>' but none was supplied",
+        ),
         (
             &["--output"][..],
-            "--output needs a FORMAT (text, json or nfd)",
+            "error: a value is required for '--output <FORMAT>' but none was supplied",
         ),
         (
             &["--output=xml"][..],
-            "--output: unknown format \"xml\" (text, json or nfd)",
+            "error: invalid value 'xml' for '--output <FORMAT>'",
         ),
         (
             &["--gdr-policy", "maybe"][..],
-            "--gdr-policy: unknown policy \"maybe\" (required or optional)",
+            "error: invalid value 'maybe' for '--gdr-policy <POLICY>'",
         ),
         (
             &["--json=yes"][..],
-            "--json takes no value (got \"--json=yes\")",
+            "error: unexpected value 'yes' for '--json' found; no more were expected",
         ),
-        (&["--roots=/x"][..], "unknown argument \"--roots=/x\""),
+        (
+            &["--roots=/x"][..],
+            "error: unexpected argument '--roots' found",
+        ),
     ] {
         assert_eq!(p(args), Err(message.to_string()), "{args:?}");
     }
+    // The accepted values are listed with the error.
+    let e = parse_args([OsString::from("--output=xml")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[possible values: text, json, nfd]"), "{e}");
     // A path that is not UTF-8 after `=` is kept byte for byte.
     use std::os::unix::ffi::OsStringExt;
     let raw = OsString::from_vec(b"--root=/h\xffst".to_vec());

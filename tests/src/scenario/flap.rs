@@ -38,7 +38,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// How the link misbehaves (`--flap`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Flap {
     /// Down for [`DOWN_FOR`], then up.
     Transient,

@@ -147,7 +147,7 @@ impl Scenario {
 }
 
 /// Which side `peer-kill` kills.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Victim {
     Sender,
     Receiver,
@@ -170,101 +170,81 @@ pub struct Opts {
     pub flap: Flap,
 }
 
-pub const USAGE: &str = "usage: nccl-harness --scenario NAME [--rank R] [--nranks N] [--dev rxe0] [--iters N] \
-                         [--victim sender|receiver] [--delay-ms MS] [--flap transient|for-good|peer-killed|failover]";
+/// The command line as `clap` sees it; [`parse_args`] checks it and makes [`Opts`].
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "nccl-harness",
+    about = "One rank of a multi-process plugin scenario",
+    args_override_self = true
+)]
+struct Cli {
+    /// The scenario to run.
+    #[arg(long, value_name = "NAME", value_parser = parse_scenario)]
+    scenario: Scenario,
+    /// This rank.
+    #[arg(long, value_name = "R", default_value_t = 0)]
+    rank: usize,
+    /// The number of ranks.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    nranks: usize,
+    /// The device (a virtual NIC as `a+b`).
+    #[arg(long, value_name = "DEV", default_value = crate::guest::DEV)]
+    dev: String,
+    /// Iterations/cycles, where the scenario has a count.
+    #[arg(long, value_name = "N")]
+    iters: Option<usize>,
+    /// Which side `peer-kill` kills.
+    #[arg(long, value_enum, default_value = "sender")]
+    victim: Victim,
+    /// The sleep that orders connect/accept calls.
+    #[arg(long, value_name = "MS", default_value_t = 1500)]
+    delay_ms: u64,
+    /// How `link-flap` takes the link away.
+    #[arg(long, value_enum, default_value = "transient")]
+    flap: Flap,
+}
 
-/// Parses the arguments (without the program name).
+fn parse_scenario(name: &str) -> Result<Scenario, String> {
+    Scenario::from_name(name).ok_or_else(|| {
+        format!(
+            "unknown scenario; known: {:?}",
+            Scenario::ALL.map(Scenario::name)
+        )
+    })
+}
+
+/// Parses the arguments (without the program name); `Err` is the usage error as printed.
 pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
-    let mut scenario = None;
-    let mut opts = Opts {
-        scenario: Scenario::InitProbe,
-        rank: 0,
-        nranks: 1,
-        dev: crate::guest::DEV.to_string(),
-        iters: None,
-        victim: Victim::Sender,
-        delay: Duration::from_millis(1500),
-        flap: Flap::Transient,
+    use clap::{CommandFactory, Parser};
+    let argv = std::iter::once("nccl-harness".to_string()).chain(args);
+    let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let usage = |msg: String| {
+        Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, msg)
+            .to_string()
     };
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "--scenario" => {
-                let v = value("--scenario")?;
-                scenario = Some(Scenario::from_name(&v).ok_or_else(|| {
-                    format!(
-                        "unknown scenario {v:?}; known: {:?}",
-                        Scenario::ALL.map(Scenario::name)
-                    )
-                })?);
-            }
-            "--rank" => {
-                opts.rank = value("--rank")?
-                    .parse()
-                    .map_err(|e| format!("--rank: {e}"))?
-            }
-            "--nranks" => {
-                opts.nranks = value("--nranks")?
-                    .parse()
-                    .map_err(|e| format!("--nranks: {e}"))?
-            }
-            "--dev" => opts.dev = value("--dev")?,
-            "--iters" => {
-                opts.iters = Some(
-                    value("--iters")?
-                        .parse()
-                        .map_err(|e| format!("--iters: {e}"))?,
-                )
-            }
-            "--delay-ms" => {
-                opts.delay = Duration::from_millis(
-                    value("--delay-ms")?
-                        .parse()
-                        .map_err(|e| format!("--delay-ms: {e}"))?,
-                )
-            }
-            "--flap" => {
-                opts.flap = match value("--flap")?.as_str() {
-                    "transient" => Flap::Transient,
-                    "for-good" => Flap::ForGood,
-                    "peer-killed" => Flap::PeerKilled,
-                    "failover" => Flap::Failover,
-                    other => {
-                        return Err(format!(
-                            "--flap must be transient, for-good, peer-killed or failover, not {other:?}"
-                        ));
-                    }
-                }
-            }
-            "--victim" => {
-                opts.victim = match value("--victim")?.as_str() {
-                    "sender" => Victim::Sender,
-                    "receiver" => Victim::Receiver,
-                    other => {
-                        return Err(format!(
-                            "--victim must be sender or receiver, not {other:?}"
-                        ));
-                    }
-                }
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    opts.scenario = scenario.ok_or("--scenario is required")?;
-    if opts.rank >= opts.nranks {
-        return Err(format!(
+    if cli.rank >= cli.nranks {
+        return Err(usage(format!(
             "--rank {} is not below --nranks {}",
-            opts.rank, opts.nranks
-        ));
+            cli.rank, cli.nranks
+        )));
     }
-    if opts.scenario.two_ranks() && opts.nranks != 2 {
-        return Err(format!("{} needs --nranks 2", opts.scenario.name()));
+    if cli.scenario.two_ranks() && cli.nranks != 2 {
+        return Err(usage(format!("{} needs --nranks 2", cli.scenario.name())));
     }
-    if opts.scenario == Scenario::RingAllreduce && opts.nranks < 2 {
-        return Err("ring-allreduce needs at least 2 ranks".into());
+    if cli.scenario == Scenario::RingAllreduce && cli.nranks < 2 {
+        return Err(usage("ring-allreduce needs at least 2 ranks".into()));
     }
-    Ok(opts)
+    Ok(Opts {
+        scenario: cli.scenario,
+        rank: cli.rank,
+        nranks: cli.nranks,
+        dev: cli.dev,
+        iters: cli.iters,
+        victim: cli.victim,
+        delay: Duration::from_millis(cli.delay_ms),
+        flap: cli.flap,
+    })
 }
 
 /// Everything a rank's scenario works with.
@@ -380,7 +360,7 @@ pub fn main_entry(args: impl IntoIterator<Item = String>) -> i32 {
     let opts = match parse_args(args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("nccl-harness: {e}\n{USAGE}");
+            eprint!("nccl-harness: {e}");
             return 2;
         }
     };
@@ -465,5 +445,59 @@ mod tests {
         assert!(parse_args(args("--rank 0")).is_err());
         assert!(parse_args(args("--scenario ring-allreduce --rank 4 --nranks 4")).is_err());
         assert!(parse_args(args("--scenario ring-allreduce --rank 3 --nranks 4")).is_ok());
+    }
+
+    #[test]
+    fn every_flag_the_guest_tests_give_is_taken_in_both_forms() {
+        let o = parse_args(args(
+            "--scenario link-flap --rank 0 --nranks 2 --dev rxe0+rxe1 --delay-ms 20 --flap peer-killed",
+        ))
+        .expect("ok");
+        assert_eq!(
+            (
+                o.scenario,
+                o.dev.as_str(),
+                o.delay,
+                o.flap,
+                o.victim,
+                o.iters
+            ),
+            (
+                Scenario::LinkFlap,
+                "rxe0+rxe1",
+                Duration::from_millis(20),
+                Flap::PeerKilled,
+                Victim::Sender,
+                None
+            )
+        );
+        let o = parse_args(args(
+            "--scenario=inflight-32 --nranks=2 --rank=1 --flap=for-good",
+        ))
+        .expect("ok");
+        assert_eq!(
+            (o.scenario, o.rank, o.flap),
+            (Scenario::Inflight32, 1, Flap::ForGood)
+        );
+        assert_eq!(o.delay, Duration::from_millis(1500));
+        // A flag given twice keeps its last value (a test's shared and per-rank arguments).
+        let o = parse_args(args(
+            "--scenario peer-kill --nranks 2 --victim sender --victim receiver",
+        ))
+        .expect("ok");
+        assert_eq!(o.victim, Victim::Receiver);
+        for (line, says) in [
+            ("--scenario nope", "unknown scenario"),
+            ("--scenario cycles --nranks 2 --flap sideways", "'sideways'"),
+            ("--scenario cycles --nranks 2 --bogus", "'--bogus'"),
+            (
+                "--scenario cycles --rank 2 --nranks 2",
+                "--rank 2 is not below --nranks 2",
+            ),
+            ("--scenario cycles --nranks 2 --iters x", "'x'"),
+        ] {
+            let e = parse_args(args(line)).expect_err(line);
+            assert!(e.contains(says), "{line}: {e}");
+        }
     }
 }
