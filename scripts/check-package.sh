@@ -97,16 +97,19 @@ ok "md5sums match both packages' files"
 tables="$(objdump -T "$scratch/main/$libdir/libnccl-net-ferro.so" | grep -o 'ncclNetPlugin_v[0-9]*$' | sed 's/.*_v//' | sort -n)"
 [[ -n "$tables" ]] || fail "the plugin exports no ncclNetPlugin_v* table"
 span="v$(head -n 1 <<<"$tables") to v$(tail -n 1 <<<"$tables")"
-dpkg-deb -f "$main" Description | tr '\n' ' ' | grep -q "ncclNet $span tables" \
-  || fail "the Description does not say the library exports the ncclNet $span tables"
-tr '\n' ' ' < packaging/rpm/nccl-net-ferro.spec | grep -q "ncclNet $span tables" \
-  || fail "the spec's %description does not say the library exports the ncclNet $span tables"
+# (Outputs are read into variables before grep -q looks at them: grep -q stops reading at the
+# first match, and under pipefail the writer's SIGPIPE would fail the check.)
+text="$(dpkg-deb -f "$main" Description | tr '\n' ' ')"
+grep -q "ncclNet $span tables" <<<"$text" || fail "the Description does not say the library exports the ncclNet $span tables"
+text="$(tr '\n' ' ' < packaging/rpm/nccl-net-ferro.spec)"
+grep -q "ncclNet $span tables" <<<"$text" || fail "the spec's %description does not say the library exports the ncclNet $span tables"
 ok "both packages' descriptions name the exported tables (ncclNet $span)"
 
-# The manual page documents every option the doctor's --help lists.
+# The manual page documents every option the doctor's --help lists (as a whole word: --root is
+# not documented by --sysfs-root).
+page="$(zcat "$scratch/main/usr/share/man/man1/nccl-net-doctor.1.gz" | sed 's/\\-/-/g')"
 for opt in $("$scratch/main/usr/bin/nccl-net-doctor" --help | grep -oE '(^|[[ ])--[a-z][a-z-]*' | sed 's/^.*--/--/' | sort -u); do
-  zcat "$scratch/main/usr/share/man/man1/nccl-net-doctor.1.gz" | sed 's/\\-/-/g' | grep -qF -- "$opt" \
-    || fail "the manual page does not document $opt"
+  grep -qE -- "(^|[^a-z-])$opt([^a-z-]|\$)" <<<"$page" || fail "the manual page does not document $opt"
 done
 ok "the manual page documents every option of --help"
 
@@ -195,7 +198,7 @@ ok "Depends ($depends) declares every NEEDED library"
 # 7. The RPM packages, built from the same portable build; DEB-PLUGIN and DEB-DOCTOR are the
 # Debian package's files, which the RPM's must equal byte for byte.
 check_rpm() { # deb-plugin deb-doctor
-  local rpms rpm_main rpm_alias root requires
+  local rpms rpm_main rpm_alias root requires files f
   command -v rpmbuild > /dev/null 2>&1 && command -v rpmlint > /dev/null 2>&1 \
     || fail "needs rpmbuild and rpmlint (apt-get install rpm rpmlint)"
   mapfile -t rpms < <(scripts/build-rpm.sh)
@@ -217,11 +220,14 @@ check_rpm() { # deb-plugin deb-doctor
   if grep -qi ibverbs <<<"$requires"; then
     fail "$rpm_main requires libibverbs (it is loaded at run time: Recommends only)"
   fi
-  rpm -qp --recommends "$rpm_main" 2> /dev/null | grep -qx 'libibverbs >= 34' || fail "$rpm_main does not recommend libibverbs >= 34"
-  rpm -qp --qf '%{LICENSE}' "$rpm_main" 2> /dev/null | grep -qx 'MIT OR Apache-2.0' || fail "$rpm_main's License is not MIT OR Apache-2.0"
-  rpm -qpl "$rpm_main" 2> /dev/null | grep -qx /usr/share/licenses/nccl-net-ferro-[0-9.]*/LICENSE-APACHE || fail "$rpm_main lacks its %license files"
-  rpm -qp --changelog "$rpm_main" 2> /dev/null | grep -q . || fail "$rpm_main has no %changelog"
-  if rpm -qpl "$rpm_main" 2> /dev/null | grep -q 'libnccl-net\.so$'; then
+  [[ "$(rpm -qp --recommends "$rpm_main" 2> /dev/null)" == 'libibverbs >= 34' ]] || fail "$rpm_main does not recommend libibverbs >= 34"
+  [[ "$(rpm -qp --qf '%{LICENSE}' "$rpm_main" 2> /dev/null)" == 'MIT OR Apache-2.0' ]] || fail "$rpm_main's License is not MIT OR Apache-2.0"
+  files="$(rpm -qpl "$rpm_main" 2> /dev/null)"
+  for f in LICENSE-MIT LICENSE-APACHE; do
+    grep -qxE "/usr/share/licenses/nccl-net-ferro-[0-9.]+/$f" <<<"$files" || fail "$rpm_main lacks the %license file $f"
+  done
+  [[ -n "$(rpm -qp --changelog "$rpm_main" 2> /dev/null)" ]] || fail "$rpm_main has no %changelog"
+  if grep -q 'libnccl-net\.so$' <<<"$files"; then
     fail "$rpm_main ships libnccl-net.so: the alias must stay in the opt-in package"
   fi
   ok "RPM metadata: Requires glibc >= 2.17 and no newer symbol version, Recommends libibverbs, licence, changelog"
