@@ -227,10 +227,14 @@ check_rpm() { # deb-plugin deb-doctor
     grep -qxE "/usr/share/licenses/nccl-net-ferro-[0-9.]+/$f" <<<"$files" || fail "$rpm_main lacks the %license file $f"
   done
   [[ -n "$(rpm -qp --changelog "$rpm_main" 2> /dev/null)" ]] || fail "$rpm_main has no %changelog"
+  for f in "$rpm_main" "$rpm_alias"; do
+    [[ "$(rpm -qp --qf '%{PAYLOADCOMPRESSOR} %{FILEDIGESTALGO}' "$f" 2> /dev/null)" == "gzip 8" ]] \
+      || fail "$f is not gzip-compressed with SHA-256 digests (what rpm 4.11 on RHEL 7 reads)"
+  done
   if grep -q 'libnccl-net\.so$' <<<"$files"; then
     fail "$rpm_main ships libnccl-net.so: the alias must stay in the opt-in package"
   fi
-  ok "RPM metadata: Requires glibc >= 2.17 and no newer symbol version, Recommends libibverbs, licence, changelog"
+  ok "RPM metadata: Requires glibc >= 2.17 and no newer symbol version, Recommends libibverbs, licence, changelog, gzip payload"
 
   # The alias alone: rpm must refuse it for want of this very nccl-net-ferro.
   root="$scratch/rpm-alias-only"
