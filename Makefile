@@ -1,7 +1,7 @@
 # Two commands matter (see README.md):
 #   make bench   the main job: plugin vs perftest on soft-RoCE, in a QEMU guest it sets up
 #   make test    every test: host unit/integration tests, then the soft-RoCE guest tests
-.PHONY: test bench build plugin doctor deb portable portable-aarch64 clean-testbed
+.PHONY: test bench build plugin doctor deb rpm portable portable-aarch64 clean-testbed
 
 test:
 	scripts/test-all.sh
@@ -29,8 +29,12 @@ portable:
 portable-aarch64:
 	scripts/build-portable.sh aarch64
 
+# The Debian and RPM packages of the portable build (packaging/README.md).
 deb:
 	scripts/build-deb.sh
+
+rpm:
+	scripts/build-rpm.sh
 
 clean-testbed:
 	rm -rf .testbed target/guest-out

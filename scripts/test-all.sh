@@ -5,8 +5,9 @@
 #      before anything slow;
 #   3. host tests: unit tests of every crate and the host_* integration tests (no RDMA needed);
 #      the loom models of the cross-thread rules;
-#      then the Debian package (the portable glibc-2.17 build, installed into a scratch root,
-#      loaded as NCCL does, its symbol versions checked, loaded in an old Debian root) and
+#      then the Debian and RPM packages (the portable glibc-2.17 build; lintian and rpmlint;
+#      each installed into a scratch root, loaded as NCCL does, its symbol versions checked,
+#      loaded in an old Debian root) and
 #      the Kubernetes manifests (API schemas, custom resources, installer script);
 #   4. guest tests: the guest_* integration tests, built here and run inside one boot of the
 #      soft-RoCE QEMU guest (rxe0 on lo, rxe1 on a dummy netdev).
@@ -39,7 +40,7 @@ cargo test --workspace --lib --bins --test 'host_*'
 step "model checks: the cross-thread rules under every interleaving (loom)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p nccl-net-plugin --lib receivers::model
 
-step "package: build the .deb (portable build), install it into a scratch root, load the plugin as NCCL does, glibc 2.17 check, old Debian root"
+step "packages: build the .deb and the .rpm (portable build), lintian and rpmlint, install each into a scratch root, load the plugin as NCCL does, glibc 2.17 check, old Debian root"
 scripts/check-package.sh
 
 step "Kubernetes manifests: API schemas (offline), custom resources, installer script"

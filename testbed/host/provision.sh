@@ -25,12 +25,12 @@ VNG_SPEC="${FERRO_TESTBED_VNG_SPEC:-virtme-ng}"
 
 # Packages the test bed uses on the host (qemu, busybox and kmod for vng;
 # rdma-core/ibverbs/perftest/iproute2 are used inside the guest, which sees
-# the host's root filesystem; binutils, python3-venv and debootstrap serve
-# scripts/check-package.sh (the portable build's tools, the old Debian root) and
-# scripts/check-manifests.sh).
+# the host's root filesystem; binutils, python3-venv, debootstrap, lintian, rpm (rpmbuild) and
+# rpmlint serve scripts/check-package.sh (the portable build's tools, the old Debian root, the
+# Debian and RPM packages' checks) and scripts/check-manifests.sh).
 APT_PACKAGES=(qemu-system-x86 busybox-static kmod rdma-core ibverbs-utils strace
   ibverbs-providers libibverbs-dev perftest iproute2
-  binutils python3-venv debootstrap)
+  binutils python3-venv debootstrap lintian rpm rpmlint)
 
 IS_ROOT=0
 [[ "$(id -u)" -eq 0 ]] && IS_ROOT=1
