@@ -143,20 +143,20 @@ pub const NCCL_2_30: &[NcclVariable] = &[
         "1 and 2 both request relaxed ordering only through ibv_reg_mr_iova2 (NCCL's 1 asks for it without checking)",
     ),
     same("NCCL_IB_ECE_ENABLE", "1"),
-    not_applicable(
+    differs(
         "NCCL_IB_MQP_RETRY_ALL",
         "0",
-        "QP state changes are not retried here: NCCL sleeps between attempts (100 ms x attempt, about a minute in all) inside connect and accept, which never block here; a failed ibv_modify_qp fails the connection at once",
+        "same choice of failures to retry (ETIMEDOUT only, or every one), applied to the changes that connect a QP (to RTR and to RTS) at setup; connect and accept never sleep: they answer \"not yet\" until the retry is due (NCCL sleeps inside the call)",
     ),
-    not_applicable(
+    differs(
         "NCCL_IB_MQP_RETRY_CNT",
         "34",
-        "QP state changes are not retried here yet (see NCCL_IB_MQP_RETRY_ALL)",
+        "same count, for the changes that connect a QP at setup (see NCCL_IB_MQP_RETRY_ALL); the handshake's 120 s without progress still bounds the whole setup",
     ),
-    not_applicable(
+    differs(
         "NCCL_IB_MQP_RETRY_SLEEP_MSEC",
         "100",
-        "QP state changes are not retried here yet (see NCCL_IB_MQP_RETRY_ALL)",
+        "same wait (this many ms x attempt), spent between connect or accept calls instead of sleeping inside one",
     ),
     same("NCCL_IB_RETURN_ASYNC_EVENTS", "1"),
     not_applicable("NCCL_IB_DATA_DIRECT", "1", MLX5DV),

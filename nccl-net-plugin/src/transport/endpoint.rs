@@ -12,6 +12,7 @@ use ferro_proto::Keys;
 use ferro_proto::health::DeviceFault;
 use ferro_proto::path::QpPath;
 use ferro_proto::plan::{self, QpLayout};
+use ferro_proto::qp_retry::Transition;
 use ferro_proto::recovery::PeerQps;
 use ferro_proto::wire::{DevMeta, Ece, QpMeta};
 use ferro_verbs::sys::*;
@@ -280,9 +281,9 @@ impl Endpoint {
         Ok(())
     }
 
-    /// INIT -> RTR -> RTS against the peer's QPs: QP `q` against the peer's QP `q`, on the
-    /// peer's member device `q % peer.devs.len()`.
-    pub(super) fn connect_qps(&self, peer: &QpMeta) -> Result<()> {
+    /// Before the handshake connects the QPs: checks the peer's QP and device counts against
+    /// this side's and keeps the peer's devices (for the connect changes and later reconnects).
+    pub(super) fn begin_connect(&self, peer: &QpMeta) -> Result<()> {
         if peer.qpns.len() != self.qps.len() || peer.devs.len() != self.base.remote_devs {
             return Err(Error::Remote(format!(
                 "peer has {} QPs over {} devices, this side expects {} over {}",
@@ -293,7 +294,53 @@ impl Endpoint {
             )));
         }
         let _ = self.peer_devs.set(peer.devs.clone());
-        self.connect_to(&peer.qpns, 0)
+        Ok(())
+    }
+
+    /// One state change of the handshake's connect: data QP `q` to `to` (RTR against the peer's
+    /// QP `q` on the peer's member device `q % peer.devs.len()`, or RTS). The outer error is
+    /// one no retry can mend; the inner one is `ibv_modify_qp`'s, with its errno, for the
+    /// retry policy to judge.
+    pub(super) fn connect_change(
+        &self,
+        peer: &QpMeta,
+        q: usize,
+        to: Transition,
+    ) -> Result<std::result::Result<(), ferro_verbs::Error>> {
+        let devs = self
+            .peer_devs
+            .get()
+            .ok_or_else(|| Error::Internal("a connect change before begin_connect".into()))?;
+        #[cfg(feature = "test-faults")]
+        if let Some(e) = super::faults::connect_change_failure(self.qp(q), to) {
+            return Ok(Err(e));
+        }
+        match to {
+            Transition::Rtr => {
+                let lay = self.layout();
+                self.qp_to_rtr(
+                    self.qp(q),
+                    self.rail_of(q).dev,
+                    peer.qpns[q],
+                    &devs[lay.remote_dev(q)],
+                    0,
+                    self.data_qp_path(q),
+                )
+            }
+            Transition::Rts => qp_to_rts(self.qp(q), 0),
+        }
+    }
+
+    /// The label of the device and port data QP `q` runs on, and its number (for messages).
+    pub(super) fn describe_qp(&self, q: usize) -> String {
+        let dev = self.rail_of(q).dev;
+        format!(
+            "{}:{} QP {} (qpn {})",
+            dev.ibdev,
+            dev.port,
+            q,
+            self.qp(q).qpn()
+        )
     }
 
     /// INIT -> RTR -> RTS of every data QP against the peer's QPs `qpns` (handshake order) on
@@ -479,7 +526,22 @@ impl Endpoint {
         epoch: u32,
         path: QpPath,
     ) -> Result<()> {
-        let cfg = &plugin::get()?.config;
+        self.qp_to_rtr(qp, dev, remote_qpn, peer, epoch, path)??;
+        qp_to_rts(qp, epoch)??;
+        Ok(())
+    }
+
+    /// INIT -> RTR against `remote_qpn` on the peer device `peer` (as [`Self::connect_qp`]); the
+    /// inner error is `ibv_modify_qp`'s.
+    fn qp_to_rtr(
+        &self,
+        qp: &Qp,
+        dev: &NetDevice,
+        remote_qpn: u32,
+        peer: &DevMeta,
+        epoch: u32,
+        path: QpPath,
+    ) -> Result<std::result::Result<(), ferro_verbs::Error>> {
         let mut ah = ibv_ah_attr {
             dlid: peer.lid,
             sl: path.sl,
@@ -507,7 +569,7 @@ impl Endpoint {
             ah_attr: ah,
             ..Default::default()
         };
-        qp.modify(
+        Ok(qp.modify(
             &mut a,
             IBV_QP_STATE
                 | IBV_QP_AV
@@ -516,26 +578,7 @@ impl Endpoint {
                 | IBV_QP_RQ_PSN
                 | IBV_QP_MAX_DEST_RD_ATOMIC
                 | IBV_QP_MIN_RNR_TIMER,
-        )?;
-        let mut a = ibv_qp_attr {
-            qp_state: IBV_QPS_RTS,
-            timeout: cfg.timeout,
-            retry_cnt: cfg.retry_cnt,
-            rnr_retry: 7,
-            sq_psn: start_psn(epoch),
-            max_rd_atomic: 1,
-            ..Default::default()
-        };
-        qp.modify(
-            &mut a,
-            IBV_QP_STATE
-                | IBV_QP_TIMEOUT
-                | IBV_QP_RETRY_CNT
-                | IBV_QP_RNR_RETRY
-                | IBV_QP_SQ_PSN
-                | IBV_QP_MAX_QP_RD_ATOMIC,
-        )?;
-        Ok(())
+        ))
     }
 
     /// The queues of data QP `q` (for a stand-in made at a failover).
@@ -654,6 +697,30 @@ fn to_init(qp: &Qp, dev: &NetDevice, access: u32) -> Result<()> {
         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
     )?;
     Ok(())
+}
+
+/// RTR -> RTS with the plugin's timeout and retry count, at the packet numbers of recovery
+/// epoch `epoch`; the inner error is `ibv_modify_qp`'s.
+fn qp_to_rts(qp: &Qp, epoch: u32) -> Result<std::result::Result<(), ferro_verbs::Error>> {
+    let cfg = &plugin::get()?.config;
+    let mut a = ibv_qp_attr {
+        qp_state: IBV_QPS_RTS,
+        timeout: cfg.timeout,
+        retry_cnt: cfg.retry_cnt,
+        rnr_retry: 7,
+        sq_psn: start_psn(epoch),
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
+    Ok(qp.modify(
+        &mut a,
+        IBV_QP_STATE
+            | IBV_QP_TIMEOUT
+            | IBV_QP_RETRY_CNT
+            | IBV_QP_RNR_RETRY
+            | IBV_QP_SQ_PSN
+            | IBV_QP_MAX_QP_RD_ATOMIC,
+    ))
 }
 
 /// A QP to `state` (error or reset), nothing else changed.

@@ -95,6 +95,7 @@ fn start_connect(
             },
             oversize,
         },
+        qps: None,
     })
 }
 

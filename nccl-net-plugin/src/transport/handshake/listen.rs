@@ -174,6 +174,7 @@ impl ListenComm {
                             now,
                         ),
                         res: Resources::None,
+                        qps: None,
                     };
                     // What it already sent is read at once: a real peer stops being a stranger.
                     match s.drive(now) {

@@ -8,13 +8,14 @@ use crate::transport::access;
 use crate::transport::comm::{Comm, CommPtr, ReceiverMem, SenderMem, Side};
 use crate::transport::endpoint::{Endpoint, FlushQp, RegBuf, Role};
 use crate::vnic::VDevice;
-use crate::warn;
+use crate::{info, warn};
 use ferro_ffi::log_flags::NET;
 use ferro_proto::comm::recv::RecvCore;
 use ferro_proto::comm::send::{Oversize, SendCore};
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::handshake::{Event, Handshake, HandshakeError, LocalSide, Stage};
 use ferro_proto::plan::QpLayout;
+use ferro_proto::qp_retry::{ConnectProgress, Next};
 use ferro_proto::wire::QpMeta;
 use std::io::{ErrorKind, Read, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -64,6 +65,16 @@ pub(super) struct Setup {
     pub(super) dev: &'static VDevice,
     pub(super) hs: Handshake,
     pub(super) res: Resources,
+    /// This side's QPs being connected to the peer's, between [`Event::PeerMeta`] and the
+    /// machine being told they are.
+    pub(super) qps: Option<QpConnect>,
+}
+
+/// The peer's QPs and how far this side's QPs got in connecting to them.
+#[derive(Debug)]
+pub(super) struct QpConnect {
+    peer: QpMeta,
+    progress: ConnectProgress,
 }
 
 impl Setup {
@@ -73,7 +84,13 @@ impl Setup {
             let mut moved = self.poll_tcp(now)?;
             moved |= self.write(now)?;
             moved |= self.read(now)?;
-            let (acted, ready) = self.act()?;
+            let (mut acted, ready) = self.act()?;
+            if ready.is_some() {
+                return Ok(ready);
+            }
+            acted |= self.connect_qps(now)?;
+            let (more, ready) = self.act()?;
+            acted |= more;
             if ready.is_some() {
                 return Ok(ready);
             }
@@ -163,10 +180,7 @@ impl Setup {
                     let local = self.receiver_resources(&peer, layout)?;
                     self.hs.local_meta(local);
                 }
-                Event::PeerMeta(peer) => {
-                    self.connect_qps(&peer)?;
-                    self.hs.qps_connected();
-                }
+                Event::PeerMeta(peer) => self.begin_qps(peer)?,
                 Event::Connected => return Ok((true, Some(self.ready()?))),
                 Event::Failed(e) => {
                     self.send_last_words();
@@ -211,17 +225,119 @@ impl Setup {
         Ok(local)
     }
 
-    /// Either side: QPs to RTS against the peer's; the receiver also makes its flush QPs.
-    fn connect_qps(&mut self, peer: &QpMeta) -> Result<()> {
-        match &mut self.res {
-            Resources::Sender { ep, mem, .. } => {
-                // The accepting side's answer: the options both support.
+    /// Either side, once the peer's QPs are known: checks them against this side's (the
+    /// connecting side first sets the accepting side's ECE answer, the options both support)
+    /// and starts connecting this side's QPs to them, one state change at a time
+    /// ([`Self::connect_qps`]).
+    fn begin_qps(&mut self, peer: QpMeta) -> Result<()> {
+        let ep = match &self.res {
+            Resources::Sender { ep, .. } => {
                 ep.set_peer_eces(&peer.eces)?;
-                ep.connect_qps(peer)?;
+                ep
+            }
+            Resources::Receiver { ep, .. } => ep,
+            Resources::None => {
+                return Err(Error::Internal(
+                    "handshake asked to connect QPs that were never made".into(),
+                ));
+            }
+        };
+        ep.begin_connect(&peer)?;
+        self.qps = Some(QpConnect {
+            progress: ConnectProgress::new(ep.nqps()),
+            peer,
+        });
+        Ok(())
+    }
+
+    /// Either side: makes the state changes of its QPs that are due at `now` (INIT -> RTR ->
+    /// RTS, QP by QP), retrying one that failed with what `NCCL_IB_MQP_RETRY_*` retries once its
+    /// time has come (the calls in between answer "not yet"; nothing sleeps). Once every QP is
+    /// ready to send, the rest of the connect ([`Self::qps_ready`]) and the machine is told.
+    /// Whether anything was done.
+    fn connect_qps(&mut self, now: Duration) -> Result<bool> {
+        let Some(c) = &mut self.qps else {
+            return Ok(false);
+        };
+        let ep = match &self.res {
+            Resources::Sender { ep, .. } | Resources::Receiver { ep, .. } => ep,
+            Resources::None => {
+                return Err(Error::Internal(
+                    "QPs being connected without resources".into(),
+                ));
+            }
+        };
+        let policy = plugin::get()?.config.mqp_retry();
+        let mut moved = false;
+        loop {
+            match c.progress.next(now) {
+                Next::Done => break,
+                Next::WaitUntil(_) => return Ok(moved),
+                Next::Change { qp, to } => match ep.connect_change(&c.peer, qp, to)? {
+                    Ok(()) => {
+                        if c.progress.failures() > 0 {
+                            info!(
+                                NET,
+                                "{}: {} to {to} succeeded at attempt {}",
+                                self.dev.label(),
+                                ep.describe_qp(qp),
+                                c.progress.failures() + 1
+                            );
+                        }
+                        c.progress.succeeded();
+                        moved = true;
+                    }
+                    Err(e) => match c.progress.failed(&policy, e.errno, now) {
+                        Ok(due) => {
+                            info!(
+                                NET,
+                                "{}: {} to {to}: {e}; retry {}/{} due in {} ms (connect and accept answer \"not yet\" until then)",
+                                self.dev.label(),
+                                ep.describe_qp(qp),
+                                c.progress.failures(),
+                                policy.retries,
+                                due.saturating_sub(now).as_millis()
+                            );
+                            return Ok(moved);
+                        }
+                        Err(gave_up) => {
+                            let text = format!(
+                                "{}: connection with {}: {} to {to} failed after {} attempt{} with errno {} ({e}){}",
+                                self.dev.label(),
+                                self.peer,
+                                ep.describe_qp(qp),
+                                gave_up.attempts,
+                                if gave_up.attempts == 1 { "" } else { "s" },
+                                gave_up.errno,
+                                if gave_up.retried {
+                                    "; NCCL_IB_MQP_RETRY_CNT's retries are spent"
+                                } else {
+                                    ""
+                                }
+                            );
+                            warn!(NET, "{text}");
+                            return Err(Error::System(text));
+                        }
+                    },
+                },
+            }
+        }
+        let c = self.qps.take();
+        if let Some(c) = c {
+            self.qps_ready(&c.peer)?;
+        }
+        self.hs.qps_connected();
+        Ok(true)
+    }
+
+    /// Either side, its QPs ready to send: the connecting side keeps where the peer's sizes
+    /// region is; the receiver makes its flush QPs.
+    fn qps_ready(&mut self, peer: &QpMeta) -> Result<()> {
+        match &mut self.res {
+            Resources::Sender { mem, .. } => {
                 mem.peer_sizes = (peer.mr_addr, peer_keys(peer));
             }
             Resources::Receiver { ep, flush, .. } => {
-                ep.connect_qps(peer)?;
                 let cfg = &plugin::get()?.config;
                 let gdr_flush =
                     self.dev.members.iter().any(|m| m.gdr.is_on()) && !cfg.gdr_flush_disable;
@@ -231,7 +347,7 @@ impl Setup {
             }
             Resources::None => {
                 return Err(Error::Internal(
-                    "handshake asked to connect QPs that were never made".into(),
+                    "handshake connected QPs without resources".into(),
                 ));
             }
         }
