@@ -25,6 +25,8 @@
 //! - [`qp_retry`]: retrying a QP state change that failed (`NCCL_IB_MQP_RETRY_*`) without
 //!   blocking: which failures, when next, when to give up, and the progress of connecting a
 //!   connection's QPs one state change at a time.
+//! - [`route`]: where a connection's packets go, from GIDs and LIDs: rail locality, the device
+//!   on the peer's subnet, an InfiniBand peer behind a router (FLID).
 //! - [`recovery`]: recovery in place after a comm's QPs fail while its peer lives: the epoch
 //!   that makes completions of destroyed QPs harmless, the receiver's report of what arrived,
 //!   what the sender replays, and the budget.
@@ -41,6 +43,7 @@ pub mod path;
 pub mod plan;
 pub mod qp_retry;
 pub mod recovery;
+pub mod route;
 pub mod wire;
 
 /// Wire protocol version carried in the listen handle and every handshake message. Peers with a
