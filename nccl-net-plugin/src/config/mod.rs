@@ -170,6 +170,23 @@ settings! {
     /// `NCCL_IB_MQP_RETRY_ALL`: nonzero retries every failed QP state change, not only one that
     /// timed out (`ETIMEDOUT`).
     mqp_retry_all: bool = "NCCL_IB_MQP_RETRY_ALL", false, nonzero;
+    /// `NCCL_IB_WARN_RAIL_LOCAL`: nonzero says at INFO, at each connection, when the peer's
+    /// (virtual) device has another member count than this side's, so that QPs of several
+    /// members share one member of the other side ([`ferro_proto::route::leaves_rails`]).
+    warn_rail_local: bool = "NCCL_IB_WARN_RAIL_LOCAL", false, nonzero;
+    /// `NCCL_IB_SUBNET_AWARE_ROUTING`: nonzero puts the GIDs of the listener's first two RoCE
+    /// members in the listen handle, and the connecting side (from the handle) and the accepting
+    /// side (from the peer's `Connect`) use a device whose RoCE members are all on a subnet of
+    /// the peer's, where the device NCCL named is not ([`ferro_proto::route`]).
+    subnet_aware_routing: bool = "NCCL_IB_SUBNET_AWARE_ROUTING", false, nonzero;
+    /// `NCCL_IB_SUBNET_PREFIX_LEN` (1..=32): the bits of IPv4-mapped RoCE GIDs compared by
+    /// subnet-aware routing (other GIDs compare their 64-bit subnet prefix).
+    subnet_prefix_len: u8 = "NCCL_IB_SUBNET_PREFIX_LEN", 24, int(1, 32);
+    /// `NCCL_IB_ROUTABLE_FLID_GID_INDEX`: on InfiniBand, the GID index used (and sent to the
+    /// peer) when the port's GID there has a nonzero FLID, else index 0; a peer on another
+    /// subnet is then reached through the IB router by its FLID, with a GRH
+    /// ([`ferro_proto::route::ib_route`]).
+    routable_flid_gid_index: u32 = "NCCL_IB_ROUTABLE_FLID_GID_INDEX", 1, int(0, 65_535);
     /// `NCCL_IB_ECE_ENABLE`: 1 exchanges each QP's enhanced connection establishment options
     /// in the handshake (`ibv_query_ece` / `ibv_set_ece`) where the provider has them.
     ece_enable: bool = "NCCL_IB_ECE_ENABLE", true, flag;

@@ -93,31 +93,23 @@ pub const NCCL_2_30: &[NcclVariable] = &[
     same("NCCL_IB_DEVICE_PCI_ORDER", "1"),
     same("NCCL_IB_MERGE_VFS", "1"),
     same("NCCL_IB_MERGE_NICS", "1"),
-    not_applicable(
+    differs(
         "NCCL_IB_WARN_RAIL_LOCAL",
         "0",
-        "this plugin does not intersect the two sides' member lists of a virtual NIC (members are paired by position over one QP per member pair), so there is no smaller intersection to warn about",
+        "set, an INFO line at each connection whose peer device has another member count than this side's (QPs of several members then share one peer member); NCCL compares the two sides' physical device numbers, which this plugin's handshake does not carry (members are paired by position)",
     ),
     same("NCCL_IB_QUERY_PORT_SPEED", "1"),
     same("NCCL_IB_GID_INDEX", "-1"),
     same("NCCL_IB_ADDR_FAMILY", "AF_INET"),
     same("NCCL_IB_ADDR_RANGE", "unset"),
     same("NCCL_IB_ROCE_VERSION_NUM", "2"),
-    not_applicable(
-        "NCCL_IB_ROUTABLE_FLID_GID_INDEX",
-        "1",
-        "InfiniBand connections here address the peer by its LID within one subnet; routing through IB routers by FLID is not implemented",
-    ),
-    not_applicable(
+    same("NCCL_IB_ROUTABLE_FLID_GID_INDEX", "1"),
+    differs(
         "NCCL_IB_SUBNET_AWARE_ROUTING",
         "0",
-        "the listen handle carries no GIDs, so the connecting side cannot pick a device on the peer's subnet; the device NCCL names is used",
+        "same choice on the connecting side (the listener's first two RoCE GIDs travel in the handle); the accepting side only switches to a device with as many members as the listener's (its QP layout was agreed for that count)",
     ),
-    not_applicable(
-        "NCCL_IB_SUBNET_PREFIX_LEN",
-        "24",
-        "only used by NCCL_IB_SUBNET_AWARE_ROUTING, which does not apply",
-    ),
+    same("NCCL_IB_SUBNET_PREFIX_LEN", "24"),
     same("NCCL_IB_PKEY", "0"),
     same("NCCL_IB_TIMEOUT", "20"),
     same("NCCL_IB_RETRY_CNT", "7"),

@@ -14,6 +14,7 @@ use ferro_proto::path::QpPath;
 use ferro_proto::plan::{self, QpLayout};
 use ferro_proto::qp_retry::Transition;
 use ferro_proto::recovery::PeerQps;
+use ferro_proto::route;
 use ferro_proto::wire::{DevMeta, Ece, QpMeta};
 use ferro_verbs::sys::*;
 use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps, Sge};
@@ -28,6 +29,17 @@ fn ece_unsupported_once(dev: &str) {
         crate::info!(
             ferro_ffi::log_flags::NET,
             "{dev}: no enhanced connection establishment (ibv_query_ece/ibv_set_ece unsupported); QPs connect without it (NCCL_IB_ECE_ENABLE)"
+        );
+    });
+}
+
+/// A peer on another InfiniBand subnet whose GID has no FLID: said once per process.
+fn flid_missing_once(dev: &str, port: u8) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        crate::warn!(
+            ferro_ffi::log_flags::NET,
+            "{dev}:{port}: a peer is on another InfiniBand subnet but its GID has no FLID; addressing it by its LID, which only a router forwarding by LID delivers (NCCL_IB_ROUTABLE_FLID_GID_INDEX names the GID index with a routable FLID)"
         );
     });
 }
@@ -548,13 +560,27 @@ impl Endpoint {
             port_num: dev.port,
             ..Default::default()
         };
-        if let Some(g) = &dev.gid {
+        // RoCE: always a GRH to the peer's GID. InfiniBand: by LID within the subnet, through
+        // the router by the peer's FLID with a GRH beyond it (or where the port requires one).
+        let global = match (&dev.gid, dev.ib_gid) {
+            (Some(g), _) => Some((g.index, peer.gid)),
+            (None, Some((index, local))) => {
+                let r = route::ib_route(&local, &peer.gid, peer.lid, dev.grh_required);
+                if r.flid_missing {
+                    flid_missing_once(&dev.ibdev, dev.port);
+                }
+                ah.dlid = r.dlid;
+                r.dgid.map(|dgid| (index, dgid))
+            }
+            (None, None) => None,
+        };
+        if let Some((index, dgid)) = global {
             ah.is_global = 1;
             ah.grh = ibv_global_route {
-                dgid: ibv_gid { raw: peer.gid },
+                dgid: ibv_gid { raw: dgid },
                 flow_label: 0,
-                sgid_index: u8::try_from(g.index)
-                    .map_err(|_| Error::Usage(format!("GID index {} exceeds 255", g.index)))?,
+                sgid_index: u8::try_from(index)
+                    .map_err(|_| Error::Usage(format!("GID index {index} exceeds 255")))?,
                 hop_limit: 255,
                 traffic_class: path.tc,
             };
@@ -676,8 +702,16 @@ fn dev_meta(dev: &NetDevice, mr_rkey: u32) -> DevMeta {
         port: dev.port,
         lid: dev.lid,
         mtu: dev.active_mtu,
-        gid: dev.gid.as_ref().map_or([0; 16], |g| g.gid.gid),
-        gid_index: dev.gid.as_ref().map_or(0, |g| g.index),
+        gid: match (&dev.gid, dev.ib_gid) {
+            (Some(g), _) => g.gid.gid,
+            (None, Some((_, g))) => g,
+            (None, None) => [0; 16],
+        },
+        gid_index: match (&dev.gid, dev.ib_gid) {
+            (Some(g), _) => g.index,
+            (None, Some((i, _))) => i,
+            (None, None) => 0,
+        },
         mr_rkey,
     }
 }

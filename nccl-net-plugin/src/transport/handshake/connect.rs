@@ -41,10 +41,13 @@ fn start_connect(
     oversize: Oversize,
     now: Duration,
 ) -> Result<Setup> {
-    let dev = vnic::get(dev_index)?;
+    let mut dev = vnic::get(dev_index)?;
     let addr = handle::decode(h).map_err(|e| Error::Argument(e.to_string()))?;
     let remote_devs = handle::devs(h).map_err(|e| Error::Argument(e.to_string()))?;
     let cfg = &plugin::get()?.config;
+    if cfg.subnet_aware_routing {
+        dev = super::on_peer_subnet(dev, &handle::gids(h), None)?;
+    }
     let layout = hs::checks::connector_layout(settings()?, dev.members.len(), remote_devs)
         .map_err(|e| Error::from(e).prefixed(&dev.label()))?;
     // The QPs and regions first, then the TCP connect: the listener sees the connection only

@@ -82,6 +82,9 @@ pub fn listen(dev_index: i32, handle_out: &mut [u8; HANDLE_SIZE]) -> Result<Box<
     let secret = random_secret()?;
     *handle_out = handle::encode(addr, secret);
     handle::set_devs(handle_out, dev.members.len());
+    if cfg.subnet_aware_routing {
+        handle::set_gids(handle_out, &super::roce_gids(dev));
+    }
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| info!(INIT | NET, "out-of-band connections on {ip} ({why})"));
     Ok(Box::new(ListenComm {

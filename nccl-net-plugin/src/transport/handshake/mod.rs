@@ -24,10 +24,14 @@ pub use listen::{ListenComm, listen};
 
 use super::endpoint::{Endpoint, RegBuf};
 use crate::error::{Error, Result};
+use crate::info;
 use crate::plugin;
+use crate::vnic::{self, VDevice};
+use ferro_ffi::log_flags::NET;
 use ferro_proto::Keys;
 use ferro_proto::comm::recovering::Recovering;
 use ferro_proto::handshake::{LocalSide, Settings};
+use ferro_proto::route::{self, MemberGids};
 use ferro_proto::wire::QpMeta;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -83,4 +87,59 @@ pub(super) fn local_side(ep: &Endpoint, region: &RegBuf) -> Result<LocalSide> {
 /// The peer's protocol-region keys by member.
 pub(super) fn peer_keys(meta: &QpMeta) -> Keys {
     core::array::from_fn(|i| meta.devs.get(i).map_or(0, |d| d.mr_rkey))
+}
+
+/// The GIDs of a device's RoCE members, in member order (for the listen handle).
+pub(super) fn roce_gids(dev: &VDevice) -> Vec<[u8; 16]> {
+    dev.members
+        .iter()
+        .filter(|m| m.link_layer.is_ethernet())
+        .filter_map(|m| m.gid.as_ref().map(|g| g.gid.gid))
+        .collect()
+}
+
+/// Subnet-aware routing (`NCCL_IB_SUBNET_AWARE_ROUTING`): the device to use instead of `dev` so
+/// that its RoCE members share a subnet with the peer's GIDs `peer`, or `dev` itself
+/// ([`route::device_on_peer_subnet`]). With `members`, only devices with that many members are
+/// candidates (the accepting side, whose QP layout was agreed for its member count).
+pub(super) fn on_peer_subnet(
+    dev: &'static VDevice,
+    peer: &[[u8; 16]],
+    members: Option<usize>,
+) -> Result<&'static VDevice> {
+    let cfg = &plugin::get()?.config;
+    let mut devices: Vec<MemberGids> = Vec::with_capacity(vnic::count());
+    for i in 0..vnic::count() {
+        let d = vnic::get(i as i32)?;
+        devices.push(if members.is_some_and(|n| n != d.members.len()) {
+            Vec::new()
+        } else {
+            d.members
+                .iter()
+                .map(|m| {
+                    m.link_layer
+                        .is_ethernet()
+                        .then(|| m.gid.as_ref().map_or([0; 16], |g| g.gid.gid))
+                })
+                .collect()
+        });
+    }
+    let Some(i) = route::device_on_peer_subnet(&devices, dev.index, peer, cfg.subnet_prefix_len)
+    else {
+        return Ok(dev);
+    };
+    let other = vnic::get(i as i32)?;
+    info!(
+        NET,
+        "{}: subnet-aware routing: using {} instead, whose RoCE ports share a subnet (prefix length {} for IPv4) with the peer's GIDs {} (NCCL_IB_SUBNET_AWARE_ROUTING)",
+        dev.label(),
+        other.label(),
+        cfg.subnet_prefix_len,
+        peer.iter()
+            .filter(|g| route::valid_gid(g))
+            .map(|g| std::net::Ipv6Addr::from(*g).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(other)
 }

@@ -16,7 +16,9 @@ use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::handshake::{Event, Handshake, HandshakeError, LocalSide, Stage};
 use ferro_proto::plan::QpLayout;
 use ferro_proto::qp_retry::{ConnectProgress, Next};
+use ferro_proto::route;
 use ferro_proto::wire::QpMeta;
+use ferro_verbs::sys::IBV_LINK_LAYER_ETHERNET;
 use std::io::{ErrorKind, Read, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;
@@ -206,6 +208,15 @@ impl Setup {
     /// service level the connecting side chose, and `NCCL_IB_FIFO_TC`) and protocol regions.
     fn receiver_resources(&mut self, peer: &QpMeta, layout: QpLayout) -> Result<LocalSide> {
         let cfg = &plugin::get()?.config;
+        if cfg.subnet_aware_routing {
+            let gids: Vec<[u8; 16]> = peer
+                .devs
+                .iter()
+                .filter(|d| d.link_layer == IBV_LINK_LAYER_ETHERNET)
+                .map(|d| d.gid)
+                .collect();
+            self.dev = super::on_peer_subnet(self.dev, &gids, Some(self.dev.members.len()))?;
+        }
         let ep = Endpoint::new(self.dev, layout, Role::Receiving, peer.path, cfg.fifo_tc)?;
         let pds = ep.pds();
         let cts_stage = RegBuf::new(&pds, FIFO_BYTES, access::STAGING)?;
@@ -243,6 +254,18 @@ impl Setup {
             }
         };
         ep.begin_connect(&peer)?;
+        let cfg = &plugin::get()?.config;
+        if cfg.warn_rail_local && route::leaves_rails(self.dev.members.len(), peer.devs.len()) {
+            info!(
+                NET,
+                "{}: the peer {} has {} member device{} and this side {}: QPs of several members share one member of the other side, so traffic leaves its rail; to silence this, set NCCL_IB_WARN_RAIL_LOCAL=0",
+                self.dev.label(),
+                self.peer,
+                peer.devs.len(),
+                if peer.devs.len() == 1 { "" } else { "s" },
+                self.dev.members.len()
+            );
+        }
         self.qps = Some(QpConnect {
             progress: ConnectProgress::new(ep.nqps()),
             peer,
