@@ -17,7 +17,10 @@ pub fn fail_connect_changes(times: u32, errno: i32) {
 }
 
 /// The injected failure of this change, if one is due.
-pub(super) fn connect_change_failure(qp: &Qp, to: Transition) -> Option<ferro_verbs::Error> {
+pub(in crate::transport) fn connect_change_failure(
+    qp: &Qp,
+    to: Transition,
+) -> Option<ferro_verbs::Error> {
     let mut f = CONNECT_CHANGES.lock().unwrap_or_else(|p| p.into_inner());
     if f.0 == 0 {
         return None;
