@@ -98,6 +98,9 @@ pub struct PortReport {
     /// `"4X EDR"`-style text.
     pub speed_text: String,
     pub lid: u16,
+    /// The port requires a global route header even within its subnet (`IBV_QPF_GRH_REQUIRED`
+    /// in `ibv_query_port`'s flags; false where libibverbs does not report it).
+    pub grh_required: bool,
     /// The sysfs view (GID table, netdev), when readable.
     pub sys: Option<SysPort>,
     /// The GID index the plugin would use, or why none (RoCE only; IB uses the LID).
@@ -194,6 +197,7 @@ fn port_report(
         speed_mbps,
         speed_text,
         lid: attr.lid,
+        grh_required: attr.flags & ferro_verbs::sys::IBV_QPF_GRH_REQUIRED != 0,
         sys: sys.cloned(),
         gid,
         verdict,

@@ -33,6 +33,12 @@ pub struct NetDevice {
     pub ctx: Arc<Context>,
     pub link_layer: LinkLayer,
     pub gid: Option<GidChoice>,
+    /// InfiniBand: the GID this port is known by beyond its subnet and its index
+    /// (`NCCL_IB_ROUTABLE_FLID_GID_INDEX` when that GID has a FLID, else index 0), sent to the
+    /// peer and used when the peer is on another subnet ([`ferro_proto::route::ib_route`]).
+    pub ib_gid: Option<(u32, [u8; 16])>,
+    /// The port requires a global route header even within its subnet.
+    pub grh_required: bool,
     pub lid: u16,
     pub active_mtu: u32,
     /// Largest message one work request may carry (the port's `max_msg_sz`).
@@ -141,6 +147,19 @@ pub struct Plugin {
 
 static PLUGIN: OnceLock<std::result::Result<Plugin, Error>> = OnceLock::new();
 
+/// An InfiniBand port's GID for routing beyond its subnet: the one at `routable` when it has a
+/// FLID, else index 0, from the port's GID table ([`ferro_proto::route::ib_gid_index`]); `None`
+/// on RoCE or without a table.
+fn ib_gid(p: &crate::discovery::PortReport, routable: u32) -> Option<(u32, [u8; 16])> {
+    if !matches!(p.link_layer, LinkLayer::InfiniBand) {
+        return None;
+    }
+    let table = &p.sys.as_ref()?.gids;
+    let at = |i: u32| table.iter().find(|g| g.index == i).map(|g| g.gid);
+    let index = ferro_proto::route::ib_gid_index(routable, at);
+    at(index).map(|g| (index, g))
+}
+
 fn build() -> std::result::Result<Plugin, Error> {
     let (config, warnings) = Config::process().clone();
     for w in &warnings {
@@ -244,6 +263,8 @@ fn build() -> std::result::Result<Plugin, Error> {
                     .ok()
                     .filter(|_| p.link_layer.is_ethernet())
                     .cloned(),
+                ib_gid: ib_gid(p, config.routable_flid_gid_index),
+                grh_required: p.grh_required,
                 lid: p.lid,
                 active_mtu: p.active_mtu.unwrap_or(1024),
                 max_msg_sz: p.max_msg_sz,

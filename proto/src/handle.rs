@@ -10,6 +10,7 @@
 //! | 30     | member devices of the listener's (virtual) device, 1 to 8 (the connecting side creates its QPs for them) |
 //! | 32..48 | the listener's secret: random bytes the connecting side presents in its first message, so only holders of the handle (which NCCL distributes through its bootstrap) can connect |
 //! | 64..72 | connect progress token (written by `connect` on the connecting side; 0 = not started) |
+//! | 72..104 | with `NCCL_IB_SUBNET_AWARE_ROUTING`: the GIDs of the listener's first two RoCE members, for the connecting side to pick a device on their subnet ([`crate::route`]); zero = none (a handle of a listener without the setting, or an InfiniBand device) |
 //! | rest   | zero |
 
 use crate::{MAGIC, MAX_DEVS, WIRE_VERSION};
@@ -20,6 +21,9 @@ pub const HANDLE_SIZE: usize = 128;
 const TOKEN_AT: usize = 64;
 const SECRET_AT: usize = 32;
 const DEVS_AT: usize = 30;
+const GIDS_AT: usize = 72;
+/// GIDs a handle carries for subnet-aware routing.
+pub const HANDLE_GIDS: usize = 2;
 /// Bytes of a listener's secret.
 pub const SECRET_SIZE: usize = 16;
 
@@ -136,6 +140,23 @@ pub fn secrets_match(a: &[u8; SECRET_SIZE], b: &[u8; SECRET_SIZE]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Records the listener's GIDs for subnet-aware routing (at most [`HANDLE_GIDS`]; the rest stay
+/// zero).
+pub fn set_gids(h: &mut [u8; HANDLE_SIZE], gids: &[[u8; 16]]) {
+    for (i, g) in gids.iter().take(HANDLE_GIDS).enumerate() {
+        h[GIDS_AT + 16 * i..GIDS_AT + 16 * (i + 1)].copy_from_slice(g);
+    }
+}
+
+/// The listener's GIDs for subnet-aware routing (zero slots: none).
+pub fn gids(h: &[u8; HANDLE_SIZE]) -> [[u8; 16]; HANDLE_GIDS] {
+    core::array::from_fn(|i| {
+        let mut g = [0u8; 16];
+        g.copy_from_slice(&h[GIDS_AT + 16 * i..GIDS_AT + 16 * (i + 1)]);
+        g
+    })
+}
+
 /// The connect progress token stored in the handle (0 = none).
 pub fn token(h: &[u8; HANDLE_SIZE]) -> u64 {
     let mut t = [0u8; 8];
@@ -216,6 +237,21 @@ mod tests {
         h[10] = 7;
         assert_eq!(decode(&h), Err(HandleError::BadFamily(7)));
         assert!(HandleError::BadMagic(1).to_string().contains("same plugin"));
+    }
+
+    #[test]
+    fn gids_travel_in_their_own_bytes_and_a_handle_without_them_has_zero_slots() {
+        let addr: SocketAddr = "10.1.2.3:4444".parse().unwrap();
+        let mut h = encode(addr, [9; SECRET_SIZE]);
+        assert_eq!(gids(&h), [[0; 16]; HANDLE_GIDS]);
+        let g = [7u8; 16];
+        set_gids(&mut h, &[g, [8; 16], [9; 16]]);
+        assert_eq!(gids(&h), [g, [8; 16]]);
+        assert!(h[72..104].iter().all(|&b| b == 7 || b == 8));
+        set_token(&mut h, 0x1122);
+        assert_eq!(gids(&h)[1], [8; 16]);
+        assert_eq!(decode(&h).unwrap(), addr);
+        assert_eq!(secret(&h), [9; SECRET_SIZE]);
     }
 
     #[test]

@@ -22,6 +22,11 @@
 //!   out-of-band socket, failed completions, refused posts and polls, the time) to a verdict
 //!   (continue, warn of a stall, fail, or poll once more and then fail); the per-device event
 //!   record, the sticky error, the pacing of the periodic look and the stall watchdog.
+//! - [`qp_retry`]: retrying a QP state change that failed (`NCCL_IB_MQP_RETRY_*`) without
+//!   blocking: which failures, when next, when to give up, and the progress of connecting a
+//!   connection's QPs one state change at a time.
+//! - [`route`]: where a connection's packets go, from GIDs and LIDs: rail locality, the device
+//!   on the peer's subnet, an InfiniBand peer behind a router (FLID).
 //! - [`recovery`]: recovery in place after a comm's QPs fail while its peer lives: the epoch
 //!   that makes completions of destroyed QPs harmless, the receiver's report of what arrived,
 //!   what the sender replays, and the budget.
@@ -36,7 +41,9 @@ pub mod handshake;
 pub mod health;
 pub mod path;
 pub mod plan;
+pub mod qp_retry;
 pub mod recovery;
+pub mod route;
 pub mod wire;
 
 /// Wire protocol version carried in the listen handle and every handshake message. Peers with a

@@ -508,6 +508,8 @@ pub const IBV_QPT_RC: c_uint = 2;
 pub const IBV_QPS_RESET: c_uint = 0;
 pub const IBV_QPS_INIT: c_uint = 1;
 pub const IBV_QPS_RTR: c_uint = 2;
+/// `ibv_port_attr.flags`: the port requires a global route header (`IBV_QPF_GRH_REQUIRED`).
+pub const IBV_QPF_GRH_REQUIRED: u8 = 1;
 pub const IBV_QPS_RTS: c_uint = 3;
 pub const IBV_QPS_ERR: c_uint = 6;
 

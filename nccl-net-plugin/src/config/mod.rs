@@ -160,6 +160,33 @@ settings! {
     /// `NCCL_SOCKET_IFNAME`: which interfaces the out-of-band listener may bind (NCCL's
     /// syntax, matched by `oob::listen_ip`); `None` when unset or empty.
     socket_ifname: Option<String> = "NCCL_SOCKET_IFNAME", None, text;
+    /// `NCCL_IB_MQP_RETRY_CNT`: how many times a QP state change that connects a QP (to RTR,
+    /// to RTS) is tried again after it failed with a retryable error, at most; each retry waits
+    /// without blocking ([`ferro_proto::qp_retry`]).
+    mqp_retry_cnt: u32 = "NCCL_IB_MQP_RETRY_CNT", 34, int(0, 10_000);
+    /// `NCCL_IB_MQP_RETRY_SLEEP_MSEC`: retry `k` of a failed QP state change is due this many
+    /// milliseconds x `k` after the failure.
+    mqp_retry_sleep_ms: u32 = "NCCL_IB_MQP_RETRY_SLEEP_MSEC", 100, int(0, 60_000);
+    /// `NCCL_IB_MQP_RETRY_ALL`: nonzero retries every failed QP state change, not only one that
+    /// timed out (`ETIMEDOUT`).
+    mqp_retry_all: bool = "NCCL_IB_MQP_RETRY_ALL", false, nonzero;
+    /// `NCCL_IB_WARN_RAIL_LOCAL`: nonzero says at INFO, at each connection, when the peer's
+    /// (virtual) device has another member count than this side's, so that QPs of several
+    /// members share one member of the other side ([`ferro_proto::route::leaves_rails`]).
+    warn_rail_local: bool = "NCCL_IB_WARN_RAIL_LOCAL", false, nonzero;
+    /// `NCCL_IB_SUBNET_AWARE_ROUTING`: nonzero puts the GIDs of the listener's first two RoCE
+    /// members in the listen handle, and the connecting side (from the handle) and the accepting
+    /// side (from the peer's `Connect`) use a device whose RoCE members are all on a subnet of
+    /// the peer's, where the device NCCL named is not ([`ferro_proto::route`]).
+    subnet_aware_routing: bool = "NCCL_IB_SUBNET_AWARE_ROUTING", false, nonzero;
+    /// `NCCL_IB_SUBNET_PREFIX_LEN` (1..=32): the bits of IPv4-mapped RoCE GIDs compared by
+    /// subnet-aware routing (other GIDs compare their 64-bit subnet prefix).
+    subnet_prefix_len: u8 = "NCCL_IB_SUBNET_PREFIX_LEN", 24, int(1, 32);
+    /// `NCCL_IB_ROUTABLE_FLID_GID_INDEX`: on InfiniBand, the GID index used (and sent to the
+    /// peer) when the port's GID there has a nonzero FLID, else index 0; a peer on another
+    /// subnet is then reached through the IB router by its FLID, with a GRH
+    /// ([`ferro_proto::route::ib_route`]).
+    routable_flid_gid_index: u32 = "NCCL_IB_ROUTABLE_FLID_GID_INDEX", 1, int(0, 65_535);
     /// `NCCL_IB_ECE_ENABLE`: 1 exchanges each QP's enhanced connection establishment options
     /// in the handshake (`ibv_query_ece` / `ibv_set_ece`) where the provider has them.
     ece_enable: bool = "NCCL_IB_ECE_ENABLE", true, flag;
@@ -238,6 +265,15 @@ impl Config {
             AdaptiveRouting::above(u32::try_from(self.ar_threshold).unwrap_or(u32::MAX))
         } else {
             AdaptiveRouting::OFF
+        }
+    }
+
+    /// The retry policy of failed QP state changes these settings describe.
+    pub fn mqp_retry(&self) -> ferro_proto::qp_retry::RetryPolicy {
+        ferro_proto::qp_retry::RetryPolicy {
+            retries: self.mqp_retry_cnt,
+            sleep: std::time::Duration::from_millis(u64::from(self.mqp_retry_sleep_ms)),
+            all: self.mqp_retry_all,
         }
     }
 

@@ -93,31 +93,23 @@ pub const NCCL_2_30: &[NcclVariable] = &[
     same("NCCL_IB_DEVICE_PCI_ORDER", "1"),
     same("NCCL_IB_MERGE_VFS", "1"),
     same("NCCL_IB_MERGE_NICS", "1"),
-    not_applicable(
+    differs(
         "NCCL_IB_WARN_RAIL_LOCAL",
         "0",
-        "this plugin does not intersect the two sides' member lists of a virtual NIC (members are paired by position over one QP per member pair), so there is no smaller intersection to warn about",
+        "set, an INFO line at each connection whose peer device has another member count than this side's (QPs of several members then share one peer member); NCCL compares the two sides' physical device numbers, which this plugin's handshake does not carry (members are paired by position)",
     ),
     same("NCCL_IB_QUERY_PORT_SPEED", "1"),
     same("NCCL_IB_GID_INDEX", "-1"),
     same("NCCL_IB_ADDR_FAMILY", "AF_INET"),
     same("NCCL_IB_ADDR_RANGE", "unset"),
     same("NCCL_IB_ROCE_VERSION_NUM", "2"),
-    not_applicable(
-        "NCCL_IB_ROUTABLE_FLID_GID_INDEX",
-        "1",
-        "InfiniBand connections here address the peer by its LID within one subnet; routing through IB routers by FLID is not implemented",
-    ),
-    not_applicable(
+    same("NCCL_IB_ROUTABLE_FLID_GID_INDEX", "1"),
+    differs(
         "NCCL_IB_SUBNET_AWARE_ROUTING",
         "0",
-        "the listen handle carries no GIDs, so the connecting side cannot pick a device on the peer's subnet; the device NCCL names is used",
+        "same choice on the connecting side (the listener's first two RoCE GIDs travel in the handle); the accepting side only switches to a device with as many members as the listener's (its QP layout was agreed for that count)",
     ),
-    not_applicable(
-        "NCCL_IB_SUBNET_PREFIX_LEN",
-        "24",
-        "only used by NCCL_IB_SUBNET_AWARE_ROUTING, which does not apply",
-    ),
+    same("NCCL_IB_SUBNET_PREFIX_LEN", "24"),
     same("NCCL_IB_PKEY", "0"),
     same("NCCL_IB_TIMEOUT", "20"),
     same("NCCL_IB_RETRY_CNT", "7"),
@@ -143,20 +135,20 @@ pub const NCCL_2_30: &[NcclVariable] = &[
         "1 and 2 both request relaxed ordering only through ibv_reg_mr_iova2 (NCCL's 1 asks for it without checking)",
     ),
     same("NCCL_IB_ECE_ENABLE", "1"),
-    not_applicable(
+    differs(
         "NCCL_IB_MQP_RETRY_ALL",
         "0",
-        "QP state changes are not retried here: NCCL sleeps between attempts (100 ms x attempt, about a minute in all) inside connect and accept, which never block here; a failed ibv_modify_qp fails the connection at once",
+        "same choice of failures to retry (ETIMEDOUT only, or every one), applied to the changes that connect a QP (to RTR and to RTS) at setup; connect and accept never sleep: they answer \"not yet\" until the retry is due (NCCL sleeps inside the call)",
     ),
-    not_applicable(
+    differs(
         "NCCL_IB_MQP_RETRY_CNT",
         "34",
-        "QP state changes are not retried here yet (see NCCL_IB_MQP_RETRY_ALL)",
+        "same count, for the changes that connect a QP at setup (see NCCL_IB_MQP_RETRY_ALL); the handshake's 120 s without progress still bounds the whole setup",
     ),
-    not_applicable(
+    differs(
         "NCCL_IB_MQP_RETRY_SLEEP_MSEC",
         "100",
-        "QP state changes are not retried here yet (see NCCL_IB_MQP_RETRY_ALL)",
+        "same wait (this many ms x attempt), spent between connect or accept calls instead of sleeping inside one",
     ),
     same("NCCL_IB_RETURN_ASYNC_EVENTS", "1"),
     not_applicable("NCCL_IB_DATA_DIRECT", "1", MLX5DV),

@@ -317,3 +317,28 @@ fn a_rail_and_plane_in_nccl_ib_hca_are_taken_and_shown_as_given() {
     assert_eq!(c.hca.as_ref().unwrap().rail_plane("rxe0", 1), (4, 2));
     assert!(c.summary().contains(" NCCL_IB_HCA==rxe0:1:4:2 "));
 }
+
+#[test]
+fn the_mqp_retry_settings_make_the_retry_policy_with_nccls_defaults() {
+    let (c, w) = parse(&[]);
+    assert!(w.is_empty());
+    assert_eq!(c.mqp_retry(), ferro_proto::qp_retry::RetryPolicy::default());
+    let (c, w) = parse(&[
+        ("NCCL_IB_MQP_RETRY_CNT", "5"),
+        ("NCCL_IB_MQP_RETRY_SLEEP_MSEC", "20"),
+        ("NCCL_IB_MQP_RETRY_ALL", "2"),
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    let p = c.mqp_retry();
+    assert_eq!(p.retries, 5);
+    assert_eq!(p.sleep, std::time::Duration::from_millis(20));
+    assert!(p.all, "any nonzero value retries every failure, as in NCCL");
+    let (c, w) = parse(&[("NCCL_IB_MQP_RETRY_CNT", "-1")]);
+    assert_eq!(c.mqp_retry_cnt, 34);
+    assert!(w[0].contains("NCCL_IB_MQP_RETRY_CNT"), "{w:?}");
+}
+
+#[test]
+fn the_core_retries_the_errno_linux_reports_for_a_timed_out_change() {
+    assert_eq!(ferro_proto::qp_retry::ETIMEDOUT, libc::ETIMEDOUT);
+}

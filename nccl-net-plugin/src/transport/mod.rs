@@ -15,6 +15,7 @@
 //!   comms and its queue of those with entries staged);
 //! - [`registration`]: `regMr`, `regMrDmaBuf`, `deregMr` through the registration cache;
 //! - [`handles`]: the objects NCCL holds as `void*`, their magic words, and `close`;
+//! - `faults` (only with the `test-faults` feature): fault injection for tests;
 //! - [`access`]: who may do what to which memory (the access of every QP and registration).
 //!
 //! Every function here is non-blocking: `connect`/`accept` return `None` until the connection is
@@ -24,6 +25,8 @@ mod access;
 mod comm;
 mod cts;
 mod endpoint;
+#[cfg(feature = "test-faults")]
+pub mod faults;
 mod handles;
 mod handshake;
 mod objects;

@@ -1,23 +1,32 @@
 //! One side's verbs resources for a connection: its RC queue pairs over the member devices of
-//! its (virtual) device, one CQ per member, how they are brought to INIT, RTR and RTS against
-//! the peer's, the loopback QPs used for flushes, and the small registered host buffers the
-//! protocol keeps (FIFOs, sizes, flush landing), registered on every member.
+//! its (virtual) device, one CQ per member, the loopback QPs used for flushes, failover and
+//! rebuild in recovery; by concept:
+//! - [`connect`]: how the QPs are brought to INIT, RTR and RTS against the peer's (the
+//!   handshake's connect one state change at a time, the reconnects of a recovery, the peer's
+//!   address);
+//! - [`regbuf`]: the small registered host buffers the protocol keeps (FIFOs, sizes, flush
+//!   landing), registered on every member.
 
 use super::access;
 use crate::error::{Error, Result};
 use crate::events::{self, DeviceEvents};
 use crate::plugin::{self, NetDevice};
 use crate::vnic::VDevice;
-use ferro_proto::Keys;
 use ferro_proto::health::DeviceFault;
 use ferro_proto::path::QpPath;
 use ferro_proto::plan::{self, QpLayout};
 use ferro_proto::recovery::PeerQps;
 use ferro_proto::wire::{DevMeta, Ece, QpMeta};
 use ferro_verbs::sys::*;
-use ferro_verbs::{Cq, HostBuf, Mr, Pd, Qp, QpCaps, Sge};
+use ferro_verbs::{Cq, Pd, Qp, QpCaps};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
+
+mod connect;
+mod regbuf;
+
+use connect::{to_init, to_state};
+pub(super) use regbuf::RegBuf;
 
 /// Says once per process, at INFO, that a device's provider has no enhanced connection
 /// establishment (soft-RoCE, or a libibverbs without `ibv_query_ece`): its QPs connect without.
@@ -29,17 +38,6 @@ fn ece_unsupported_once(dev: &str) {
             "{dev}: no enhanced connection establishment (ibv_query_ece/ibv_set_ece unsupported); QPs connect without it (NCCL_IB_ECE_ENABLE)"
         );
     });
-}
-
-/// Path MTU code (`IBV_MTU_*`) for a byte count.
-fn mtu_code(bytes: u32) -> u32 {
-    match bytes {
-        0..=256 => 1,
-        257..=512 => 2,
-        513..=1024 => 3,
-        1025..=2048 => 4,
-        _ => 5,
-    }
 }
 
 /// One member device's share of an endpoint: its protection domain, the CQ its QPs complete
@@ -99,13 +97,6 @@ pub(super) struct Endpoint {
     role: Role,
     /// The peer's member devices, from the handshake: what a recovery reconnects to.
     peer_devs: OnceLock<Vec<DevMeta>>,
-}
-
-/// The packet sequence number both sides start their rebuilt QPs at in recovery epoch `epoch`
-/// (0 in epoch 0, as the handshake's): a packet of an earlier epoch still on the wire falls
-/// outside the new window and is dropped by the receiving QP.
-fn start_psn(epoch: u32) -> u32 {
-    (epoch << 16) & 0xFF_FFFF
 }
 
 impl Endpoint {
@@ -280,52 +271,6 @@ impl Endpoint {
         Ok(())
     }
 
-    /// INIT -> RTR -> RTS against the peer's QPs: QP `q` against the peer's QP `q`, on the
-    /// peer's member device `q % peer.devs.len()`.
-    pub(super) fn connect_qps(&self, peer: &QpMeta) -> Result<()> {
-        if peer.qpns.len() != self.qps.len() || peer.devs.len() != self.base.remote_devs {
-            return Err(Error::Remote(format!(
-                "peer has {} QPs over {} devices, this side expects {} over {}",
-                peer.qpns.len(),
-                peer.devs.len(),
-                self.qps.len(),
-                self.base.remote_devs
-            )));
-        }
-        let _ = self.peer_devs.set(peer.devs.clone());
-        self.connect_to(&peer.qpns, 0)
-    }
-
-    /// INIT -> RTR -> RTS of every data QP against the peer's QPs `qpns` (handshake order) on
-    /// the peer's devices the handshake named, starting at the packet numbers of `epoch`.
-    fn connect_to(&self, qpns: &[u32], epoch: u32) -> Result<()> {
-        let devs = self
-            .peer_devs
-            .get()
-            .ok_or_else(|| Error::Internal("reconnect before the handshake connected".into()))?;
-        if qpns.len() != self.qps.len() {
-            return Err(Error::Remote(format!(
-                "the peer rebuilt {} QPs, this side has {}",
-                qpns.len(),
-                self.qps.len()
-            )));
-        }
-        let lay = self.layout();
-        for (q, &remote_qpn) in qpns.iter().enumerate() {
-            let remote = &devs[lay.remote_dev(q)];
-            let path = self.data_qp_path(q);
-            self.connect_qp(
-                self.qp(q),
-                self.rail_of(q).dev,
-                remote_qpn,
-                remote,
-                epoch,
-                path,
-            )?;
-        }
-        Ok(())
-    }
-
     /// The traffic class and service level data QP `q` is given: the connection's, with
     /// `NCCL_IB_FIFO_TC` as the class of the receiving side's QPs on RoCE when it is set.
     pub(super) fn data_qp_path(&self, q: usize) -> QpPath {
@@ -467,77 +412,6 @@ impl Endpoint {
         Ok(())
     }
 
-    /// One QP on `dev`: INIT -> RTR -> RTS against `remote_qpn` on the peer device `peer`,
-    /// with the packet numbers of recovery epoch `epoch`, its traffic class (RoCE) and service
-    /// level from `path`.
-    fn connect_qp(
-        &self,
-        qp: &Qp,
-        dev: &NetDevice,
-        remote_qpn: u32,
-        peer: &DevMeta,
-        epoch: u32,
-        path: QpPath,
-    ) -> Result<()> {
-        let cfg = &plugin::get()?.config;
-        let mut ah = ibv_ah_attr {
-            dlid: peer.lid,
-            sl: path.sl,
-            port_num: dev.port,
-            ..Default::default()
-        };
-        if let Some(g) = &dev.gid {
-            ah.is_global = 1;
-            ah.grh = ibv_global_route {
-                dgid: ibv_gid { raw: peer.gid },
-                flow_label: 0,
-                sgid_index: u8::try_from(g.index)
-                    .map_err(|_| Error::Usage(format!("GID index {} exceeds 255", g.index)))?,
-                hop_limit: 255,
-                traffic_class: path.tc,
-            };
-        }
-        let mut a = ibv_qp_attr {
-            qp_state: IBV_QPS_RTR,
-            path_mtu: mtu_code(dev.active_mtu.min(peer.mtu)),
-            dest_qp_num: remote_qpn,
-            rq_psn: start_psn(epoch),
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ah_attr: ah,
-            ..Default::default()
-        };
-        qp.modify(
-            &mut a,
-            IBV_QP_STATE
-                | IBV_QP_AV
-                | IBV_QP_PATH_MTU
-                | IBV_QP_DEST_QPN
-                | IBV_QP_RQ_PSN
-                | IBV_QP_MAX_DEST_RD_ATOMIC
-                | IBV_QP_MIN_RNR_TIMER,
-        )?;
-        let mut a = ibv_qp_attr {
-            qp_state: IBV_QPS_RTS,
-            timeout: cfg.timeout,
-            retry_cnt: cfg.retry_cnt,
-            rnr_retry: 7,
-            sq_psn: start_psn(epoch),
-            max_rd_atomic: 1,
-            ..Default::default()
-        };
-        qp.modify(
-            &mut a,
-            IBV_QP_STATE
-                | IBV_QP_TIMEOUT
-                | IBV_QP_RETRY_CNT
-                | IBV_QP_RNR_RETRY
-                | IBV_QP_SQ_PSN
-                | IBV_QP_MAX_QP_RD_ATOMIC,
-        )?;
-        Ok(())
-    }
-
     /// The queues of data QP `q` (for a stand-in made at a failover).
     fn caps(&self, q: usize) -> QpCaps {
         data_qp_caps(self.qps.len(), self.role, q)
@@ -633,37 +507,18 @@ fn dev_meta(dev: &NetDevice, mr_rkey: u32) -> DevMeta {
         port: dev.port,
         lid: dev.lid,
         mtu: dev.active_mtu,
-        gid: dev.gid.as_ref().map_or([0; 16], |g| g.gid.gid),
-        gid_index: dev.gid.as_ref().map_or(0, |g| g.index),
+        gid: match (&dev.gid, dev.ib_gid) {
+            (Some(g), _) => g.gid.gid,
+            (None, Some((_, g))) => g,
+            (None, None) => [0; 16],
+        },
+        gid_index: match (&dev.gid, dev.ib_gid) {
+            (Some(g), _) => g.index,
+            (None, Some((i, _))) => i,
+            (None, None) => 0,
+        },
         mr_rkey,
     }
-}
-
-/// RESET -> INIT on the device's port with the plugin's P_Key index.
-fn to_init(qp: &Qp, dev: &NetDevice, access: u32) -> Result<()> {
-    let cfg = &plugin::get()?.config;
-    let mut a = ibv_qp_attr {
-        qp_state: IBV_QPS_INIT,
-        pkey_index: cfg.pkey_index,
-        port_num: dev.port,
-        qp_access_flags: access,
-        ..Default::default()
-    };
-    qp.modify(
-        &mut a,
-        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-    )?;
-    Ok(())
-}
-
-/// A QP to `state` (error or reset), nothing else changed.
-fn to_state(qp: &Qp, state: u32) -> Result<()> {
-    let mut a = ibv_qp_attr {
-        qp_state: state,
-        ..Default::default()
-    };
-    qp.modify(&mut a, IBV_QP_STATE)?;
-    Ok(())
 }
 
 impl Drop for Endpoint {
@@ -689,82 +544,6 @@ impl Drop for Endpoint {
 pub(super) struct FlushQp {
     pub(super) qp: Qp,
     pub(super) buf: RegBuf,
-}
-
-/// A host buffer with its registration on each member device (the MRs are declared first, so
-/// they are dropped first). The NIC may write it at any time: its bytes are accessed only through
-/// the buffer's bounds-checked volatile view ([`HostBuf::volatile`]), never referenced, and the
-/// NIC reaches it only through scatter entries built from its registrations ([`RegBuf::sge`]).
-#[derive(Debug)]
-pub(super) struct RegBuf {
-    mrs: Vec<Mr>,
-    buf: HostBuf,
-}
-
-impl RegBuf {
-    /// `len` bytes registered under each of `pds` (one per member device, in member order).
-    pub(super) fn new(pds: &[Arc<Pd>], len: usize, access: u32) -> Result<RegBuf> {
-        let buf = HostBuf::new(len)?;
-        let mrs = pds
-            .iter()
-            .map(|pd| {
-                // SAFETY: buf is owned by the RegBuf and outlives the MRs (field order drops
-                // the MRs first).
-                unsafe { Mr::reg(pd, buf.as_ptr().cast(), buf.len(), access) }
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(RegBuf { mrs, buf })
-    }
-
-    /// The local key on member `m`.
-    pub(super) fn lkey(&self, m: usize) -> u32 {
-        self.mrs.get(m).map_or(0, Mr::lkey)
-    }
-
-    /// The remote key on member `m`.
-    pub(super) fn rkey(&self, m: usize) -> u32 {
-        self.mrs.get(m).map_or(0, Mr::rkey)
-    }
-
-    /// The local keys by member.
-    pub(super) fn lkeys(&self) -> Keys {
-        core::array::from_fn(|m| self.lkey(m))
-    }
-
-    pub(super) fn addr(&self, off: usize) -> u64 {
-        self.buf.as_ptr() as u64 + off as u64
-    }
-
-    /// A scatter entry of `len` bytes at `off` under member `m`'s registration.
-    ///
-    /// # Panics
-    /// When there is no member `m` or the range is not inside the buffer (offsets and lengths
-    /// come from the protocol's fixed layout).
-    pub(super) fn sge(&self, m: usize, off: usize, len: u32) -> Sge {
-        let Some(sge) = self.mrs.get(m).and_then(|mr| mr.sge(off, len)) else {
-            panic!(
-                "{len} bytes at offset {off} on member {m} are outside a buffer of {} bytes registered on {} members",
-                self.buf.len(),
-                self.mrs.len()
-            );
-        };
-        sge
-    }
-
-    /// Copy of `N` bytes at `off` (memory the NIC writes: volatile loads).
-    pub(super) fn read<const N: usize>(&self, off: usize) -> [u8; N] {
-        self.buf.volatile().read::<N>(off)
-    }
-
-    /// The little-endian `u32` at `off` (volatile, as [`RegBuf::read`]).
-    pub(super) fn read_u32_le(&self, off: usize) -> u32 {
-        self.buf.volatile().read_u32_le(off)
-    }
-
-    /// Copies `bytes` to `off` (staging the NIC reads after a later post).
-    pub(super) fn write(&self, off: usize, bytes: &[u8]) {
-        self.buf.volatile().write(off, bytes);
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,33 @@
+//! Fault injection for tests, compiled only with the `test-faults` feature (never in the
+//! library NCCL loads, which is built without it; nothing in the environment reaches it): the
+//! next state changes that connect a QP during a handshake fail with a chosen errno, as
+//! `ibv_modify_qp` would when an address resolution times out, without calling the provider.
+
+use ferro_proto::qp_retry::Transition;
+use ferro_verbs::Qp;
+use std::sync::Mutex;
+
+/// How many connect changes are still to fail, and with which errno.
+static CONNECT_CHANGES: Mutex<(u32, i32)> = Mutex::new((0, 0));
+
+/// The next `times` state changes that connect a QP in a handshake (to RTR or to RTS, either
+/// side, any comm of this process) fail with `errno`; 0 stops it.
+pub fn fail_connect_changes(times: u32, errno: i32) {
+    *CONNECT_CHANGES.lock().unwrap_or_else(|p| p.into_inner()) = (times, errno);
+}
+
+/// The injected failure of this change, if one is due.
+pub(in crate::transport) fn connect_change_failure(
+    qp: &Qp,
+    to: Transition,
+) -> Option<ferro_verbs::Error> {
+    let mut f = CONNECT_CHANGES.lock().unwrap_or_else(|p| p.into_inner());
+    if f.0 == 0 {
+        return None;
+    }
+    f.0 -= 1;
+    Some(
+        ferro_verbs::Error::new("ibv_modify_qp", f.1)
+            .context(format!("qpn {} to {to} (injected for a test)", qp.qpn())),
+    )
+}
