@@ -5,22 +5,23 @@
 #   testbed/host/run-in-guest.sh --timeout 1200 -- benches/count.sh [--reference PATH] [options]
 #
 # Each side of `ferro-bench bw` (8-byte messages, --window in flight; the client sends, the
-# server receives) runs under callgrind, collecting only inside the benchmark's three calls
-# into the plugin's table (isend, irecv, test: everything they execute, the plugin's code and
-# the verbs library's, but not the kernel). Two runs with --n1 and --n2 messages; the
-# difference divided by (n2 - n1) is the cost per message in steady state (connection setup
-# and control messages cancel out):
-#   sender   = isend + test calls per message,   receiver = irecv + test calls per message,
-# split by object (the plugin itself, libibverbs, the provider, libc, the benchmark's wrapper)
-# and the top functions by inclusive cost per message. Polls that find nothing are part of the
-# cost (their number depends on timing: compare the `test calls/msg` column).
+# server receives) runs under callgrind, collecting only inside the benchmark's data-path calls
+# into the plugin's table (`benches/src/counted.rs`: the sender's isend and test of the data, the
+# receiver's irecv and test of the data; everything they execute, the plugin's code and the
+# verbs library's, not the kernel; not the control messages). Two runs with --n1 and --n2
+# messages; the difference divided by (n2 - n1) is the cost per message in steady state:
+#   sender = isend + test per message,   receiver = irecv + test per message,
+# then, per call kind, the calls per message and the instructions per call, the split by object
+# (the plugin itself, libibverbs, the provider, libc) and the top functions by inclusive cost per
+# message. Polls that find nothing are part of the cost, and their number depends on timing
+# (compare the calls per message, and the instructions per call, which do not).
 #
 # Options:
 #   --reference PATH   also count this plugin (any ncclNet v8 .so; its counters are optional)
 #   --also NAME=PATH   also count another build of the plugin (e.g. the one before a change);
 #                      may be repeated
 #   --ref-env "A=B .." environment for the reference run (default NCCL_PLUGIN_P2P=ib)
-#   --n1 N --n2 N      message counts of the two runs (default 1000, 4000)
+#   --n1 N --n2 N      message counts of the two runs (default 500, 2000)
 #   --window N         messages in flight (default 8)
 #   --size BYTES       message size (default 8)
 #   --top N            functions listed per side (default 15)
@@ -42,8 +43,8 @@ LOG_TAG=count
 reference=""
 also=()
 ref_env="NCCL_PLUGIN_P2P=ib"
-n1=1000
-n2=4000
+n1=500
+n2=2000
 window=8
 size=8
 top=15
@@ -79,12 +80,10 @@ SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
-# The benchmark's wrappers around the table's isend, irecv and test (the same for any plugin).
-TOGGLES=(
-  --toggle-collect='ferro_nccl_standin::raw::isend_bytes'
-  --toggle-collect='ferro_nccl_standin::raw::irecv_bytes'
-  --toggle-collect='ferro_nccl_standin::net::Net::test_into'
-)
+# The benchmark's data-path calls (the same for any plugin).
+CALLS=(ferro_bench::counted::data_isend ferro_bench::counted::data_irecv ferro_bench::counted::data_test)
+TOGGLES=()
+for c in "${CALLS[@]}"; do TOGGLES+=(--toggle-collect="$c"); done
 VG=(valgrind --tool=callgrind --compress-strings=no --compress-pos=no "${TOGGLES[@]}")
 
 # The device name the plugin gives $dev (the reference may add a port suffix).
@@ -174,12 +173,18 @@ report_side() { # tag side(send|recv) label
   local ta tb
   ta="$(total_of "$a")"
   tb="$(total_of "$b")"
-  local tests_a tests_b
-  tests_a="$(calls_of "$a" 'ferro_nccl_standin::net::Net::test_into')"
-  tests_b="$(calls_of "$b" 'ferro_nccl_standin::net::Net::test_into')"
-  say "$(printf '  %-9s %-8s %10.0f instructions/msg   (%s at n=%s, %s at n=%s; test calls/msg %.2f)' \
-    "$tag" "$label" "$(echo "($tb - $ta) / $dn" | bc -l)" "$ta" "$n1" "$tb" "$n2" \
-    "$(echo "($tests_b - $tests_a) / $dn" | bc -l)")"
+  say "$(printf '  %-9s %-8s %10.0f instructions/msg   (%s at n=%s, %s at n=%s)' \
+    "$tag" "$label" "$(echo "($tb - $ta) / $dn" | bc -l)" "$ta" "$n1" "$tb" "$n2")"
+  local c ca cb ia ib
+  for c in "${CALLS[@]}"; do
+    ca="$(calls_of "$a" "$c")"
+    cb="$(calls_of "$b" "$c")"
+    [[ "$cb" -gt "$ca" ]] || continue
+    ia="$(inclusive "$a" | awk -F '\t' -v f="$c" '$2 == f { print $1 }')"
+    ib="$(inclusive "$b" | awk -F '\t' -v f="$c" '$2 == f { print $1 }')"
+    say "$(printf '      %-10s %6.2f calls/msg  %7.0f instructions/call' "${c##*::data_}" \
+      "$(echo "($cb - $ca) / $dn" | bc -l)" "$(echo "(${ib:-0} - ${ia:-0}) / ($cb - $ca)" | bc -l)")"
+  done
   say "      by object (exclusive, instructions/msg):"
   join -t $'\t' -a1 -a2 -e 0 -o 0,1.2,2.2 <(by_object "$a" | sort -t $'\t' -k1,1) \
     <(by_object "$b" | sort -t $'\t' -k1,1) |

@@ -18,6 +18,7 @@
 #   --time S           seconds per measurement (default 1.0)
 #   --lat-size B --bw-size B --window N    (defaults 8, 1M, 8)
 #   --dev NAME         device (default rxe0; the reference's first device starting with it)
+#   --out NAME         results folder name under $FERRO_GUEST_OUT (default versus)
 # Results: $FERRO_GUEST_OUT/versus/ (host: target/guest-out/versus/): summary.txt, the CSV of
 # every run and its log.
 # Environment: FERRO_BENCH (default target/release/ferro-bench), FERRO_PLUGIN_SO.
@@ -38,6 +39,7 @@ lat_size=8
 bw_size=1M
 window=8
 dev=rxe0
+out_name=versus
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --reference) reference="$2"; shift 2 ;;
@@ -48,6 +50,7 @@ while [[ $# -gt 0 ]]; do
     --bw-size) bw_size="$2"; shift 2 ;;
     --window) window="$2"; shift 2 ;;
     --dev) dev="$2"; shift 2 ;;
+    --out) out_name="$2"; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
@@ -61,7 +64,8 @@ PLUGIN="${FERRO_PLUGIN_SO:-$(dirname "$BENCH")/libnccl_net_ferro.so}"
 [[ -e "/sys/class/infiniband/$dev" ]] || die "no RDMA device $dev here: run this inside the test-bed guest"
 ulimit -l unlimited 2>/dev/null || true
 
-OUT="${FERRO_GUEST_OUT:-/tmp/ferro-guest-out}/versus"
+[[ "$out_name" =~ ^[A-Za-z0-9._-]+$ ]] || die "--out takes a plain folder name"
+OUT="${FERRO_GUEST_OUT:-/tmp/ferro-guest-out}/$out_name"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
@@ -113,7 +117,7 @@ done
 median() { tr ' ' '\n' | grep -v '^-*$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.3f\n", a / b }'; }
 
-say "Side by side, one boot, $rounds alternating rounds (odd rounds: Ferro first)"
+say "Side by side, one boot, $rounds alternating rounds (odd rounds: Ferro first); Ferro: $PLUGIN"
 say "  ping-pong: ${lat_size} B, each receive posted just before its send (lat --post-ahead 0); one-way median, us"
 say "  bandwidth: ${bw_size} messages, ${window} in flight (bw --window $window); GB/s"
 say "$(printf '  %-6s %12s %12s %8s %12s %12s %8s' round 'lat ferro' 'lat ref' ratio 'bw ferro' 'bw ref' ratio)"

@@ -14,6 +14,7 @@
 //!   batch, then measured batches (each sized by the mean round trip so far) until the time
 //!   target is reached.
 
+use crate::counted;
 use crate::error::{Error, Result};
 use crate::model::{LatStats, Mode, OpCounts, Row};
 use crate::plan::{LAT_DEPTH, Plan};
@@ -150,7 +151,7 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
             // (slots * size <= the buffer size). When fewer than `window` slots fit, one slot can be
             // the target of several outstanding receives; they all carry the same benchmark
             // data and nothing reads the buffer, as in perftest.
-            match unsafe { rb.irecv(net, recv, off, size_us, TAG_DATA) }? {
+            match unsafe { counted::data_irecv(rb, net, recv, off, size_us, TAG_DATA) }? {
                 Some(r) => {
                     ring.push_back(r);
                     posted += 1;
@@ -169,7 +170,7 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
             }
             break;
         };
-        match test(net, front)? {
+        match counted::data_test(net, front)? {
             Some(n) => {
                 let now = Instant::now();
                 if n != size_us {
@@ -459,7 +460,7 @@ fn client_bw(
             let off = usize::try_from((sent % slots) * size).map_err(|_| Error::new("overflow"))?;
             // SAFETY: the slot lies inside the registered send buffer (checked above); its
             // contents are never changed while sends are in flight.
-            match unsafe { sb.isend(net, send, off, len, TAG_DATA) }? {
+            match unsafe { counted::data_isend(sb, net, send, off, len, TAG_DATA) }? {
                 Some(r) => {
                     ring.push_back(r);
                     sent += 1;
@@ -473,7 +474,7 @@ fn client_bw(
         }
         while let Some(&front) = ring.front() {
             st.tests += 1;
-            if test(net, front)?.is_none() {
+            if counted::data_test(net, front)?.is_none() {
                 break;
             }
             ring.pop_front();

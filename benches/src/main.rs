@@ -7,6 +7,7 @@
 mod bench;
 mod comms;
 mod compare;
+mod counted;
 mod error;
 mod model;
 mod plan;
@@ -659,6 +660,7 @@ fn main() -> ExitCode {
         Action::Devices => devices(&common),
         Action::Report(args) => compare::main(args),
     };
+    plugin::echo_warnings();
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -72,6 +72,9 @@ core_ops!(SendCore);
 core_ops!(RecvCore);
 
 /// The time since the plugin first looked at the clock: the watchdog's and recovery's time base.
+/// Completions taken from a CQ per `ibv_poll_cq` call (the loop polls again while they fill it).
+const WCS_PER_POLL: usize = 16;
+
 pub(super) fn now() -> Duration {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed()
@@ -130,25 +133,28 @@ impl Comm {
         core: &mut C,
         on_wc: &mut impl FnMut(&mut C, &ibv_wc),
     ) {
-        let mut wcs = [ibv_wc::default(); 16];
+        // Not zeroed: the provider fills what it reports (a poll that finds nothing, the
+        // common case while waiting, then costs no initialisation).
+        let mut room = [core::mem::MaybeUninit::<ibv_wc>::uninit(); WCS_PER_POLL];
         loop {
             core.health_mut().counters.polls += 1;
-            let n = match rail.cq.poll(&mut wcs) {
-                Ok(0) => {
+            let wcs = match rail.cq.poll_into(&mut room) {
+                Ok([]) => {
                     core.health_mut().counters.empty_polls += 1;
-                    0
+                    &[][..]
                 }
-                Ok(n) => n,
+                Ok(wcs) => wcs,
                 Err(e) => {
                     let v = verdict::refused(&self.describe(), &e);
                     self.execute(core, v, &mut |_| {});
                     return;
                 }
             };
+            let n = wcs.len();
             if let Some(c) = core.health_mut().counters.member_completions.get_mut(m) {
                 *c += n as u64;
             }
-            for wc in &wcs[..n] {
+            for wc in wcs {
                 if wc.status == IBV_WC_SUCCESS {
                     crate::profiler::on_completion(self, wc);
                     on_wc(core, wc);
@@ -171,7 +177,7 @@ impl Comm {
                     self.execute(core, v, &mut |_| {});
                 }
             }
-            if n < wcs.len() {
+            if n < WCS_PER_POLL {
                 return;
             }
         }
@@ -209,13 +215,20 @@ impl Comm {
     ///
     /// A comm that recovers in place (or wants to) takes its recovery's steps at every call that
     /// waits, and so does one whose look brought recovery messages from the peer.
-    pub(super) fn on_wait<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+    /// Returns whether it did anything (drove a recovery or looked): when not, the comm's
+    /// requests and health are as the caller left them.
+    pub(super) fn on_wait<C: CoreOps>(
+        &self,
+        core: &mut C,
+        mut on_wc: impl FnMut(&mut C, &ibv_wc),
+    ) -> bool {
         let r = core.recovery();
-        if r.is_stopped() || r.is_wanted() {
+        let recovering = r.is_stopped() || r.is_wanted();
+        if recovering {
             C::drive_recovery(self, core);
         }
         if !core.health_mut().look_due() {
-            return;
+            return recovering;
         }
         super::cts::flush_others(self);
         // The events are read (and each logged) whatever the policy then makes of them.
@@ -233,6 +246,7 @@ impl Comm {
         if core.health().failure().is_none() && (news || core.recovery().is_wanted()) {
             C::drive_recovery(self, core);
         }
+        true
     }
 
     /// A post or poll that libibverbs refused (`what`: its error): the fault policy's verdict
@@ -297,7 +311,12 @@ impl Comm {
         if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
             return Ok(Some(d));
         }
-        self.on_wait(core, on_wc);
+        if !self.on_wait(core, on_wc) {
+            // Nothing polled or changed since the look-up above: not done, or the comm's
+            // failure (one found by this call's poll).
+            return ferro_proto::comm::test_outcome(None, core.health())
+                .map_err(|e| self.core_error(e));
+        }
         // The look may have polled once more before failing the comm: a request that poll
         // completed is done; only one still pending gets the failure.
         core.test(idx).map_err(|e| self.core_error(e))
