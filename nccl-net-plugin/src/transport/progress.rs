@@ -35,6 +35,7 @@ pub(super) trait RecoverOps {
 /// What `test` and the periodic look need from either side's core.
 pub(super) trait CoreOps: Recovering + RecoverOps {
     fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
+    fn is_pending(&self, req: u32) -> bool;
     /// `take_done`, else the comm's failure (`ferro_proto::comm::test_outcome`).
     fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
     fn health(&self) -> &CommHealth;
@@ -51,6 +52,9 @@ macro_rules! core_ops {
             }
             fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
                 <$t>::test(self, req)
+            }
+            fn is_pending(&self, req: u32) -> bool {
+                <$t>::is_pending(self, req)
             }
             fn health(&self) -> &CommHealth {
                 &self.health
@@ -302,14 +306,19 @@ impl Comm {
         idx: u32,
         on_wc: impl FnMut(&mut C, &ibv_wc) + Copy,
     ) -> Result<Option<Done>> {
-        if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
-            return Ok(Some(d));
+        // `is_pending` first: while waiting, the answer is "not yet" and nothing is taken.
+        if !core.is_pending(idx) {
+            if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
+                return Ok(Some(d));
+            }
         }
         if core.health().failure().is_none() {
             self.poll(core, on_wc);
         }
-        if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
-            return Ok(Some(d));
+        if !core.is_pending(idx) {
+            if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
+                return Ok(Some(d));
+            }
         }
         if !self.on_wait(core, on_wc) {
             // Nothing polled or changed since the look-up above: not done, or the comm's

@@ -420,6 +420,12 @@ impl SendCore {
         }
     }
 
+    /// Whether request `req` is in flight and not done yet (`take_done` would answer `None`):
+    /// the cheap question a waiting `test` asks before and after its poll.
+    pub fn is_pending(&self, req: u32) -> bool {
+        self.reqs.get(req).is_some_and(|s| !s.done)
+    }
+
     /// `test`: the request's result when it is done (the request is then freed).
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
         let s = *self.reqs.in_flight_mut(req)?;
