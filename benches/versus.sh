@@ -95,7 +95,7 @@ one() { # tag env plugin dev name args...
     return 0
   fi
   # CSV: tool,mode,size,count,elapsed_s,time_us,algbw_gbs,msg_rate,median_us,...
-  awk -F, 'NR == 2 { print ($2 == "lat" ? $9 : $7) }' "$OUT/$name.csv"
+  awk -F, 'NR == 2 { printf ($2 == "lat" ? "%.2f\n" : "%.5f\n"), ($2 == "lat" ? $9 : $7) }' "$OUT/$name.csv"
 }
 
 declare -A LAT BW
@@ -114,7 +114,7 @@ for ((r = 1; r <= rounds; r++)); do
   done
 done
 
-median() { tr ' ' '\n' | grep -v '^-*$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { tr ' ' '\n' | grep -v '^-*$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.5g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.3f\n", a / b }'; }
 
 say "Side by side, one boot, $rounds alternating rounds (odd rounds: Ferro first); Ferro: $PLUGIN"
