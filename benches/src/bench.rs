@@ -7,11 +7,14 @@
 //!   allows, predicting the finish from the rate seen so far (or the previous size's rate), so
 //!   each size takes about `--time` seconds whatever the speed; `--iters` caps the count.
 //! - `lat`: ping-pong. The server times `isend(ping)` → echo received; one-way latency is half
-//!   of that round trip. Both sides keep [`LAT_DEPTH`] receives posted ahead (as NCCL posts the
-//!   receives of the next steps early), so a receive's clear-to-send is not on the critical
-//!   path. A warm-up batch, then measured batches (each sized by the mean round trip so far)
-//!   until the time target is reached.
+//!   of that round trip. Both sides keep `--post-ahead` receives posted ahead (default
+//!   [`LAT_DEPTH`], as NCCL posts the receives of the next steps early), so a receive's
+//!   clear-to-send is not on the critical path; with 0 each receive is posted just before the
+//!   send that precedes its message, as NCCL's proxy does when it is not ahead. A warm-up
+//!   batch, then measured batches (each sized by the mean round trip so far) until the time
+//!   target is reached.
 
+use crate::counted;
 use crate::error::{Error, Result};
 use crate::model::{LatStats, Mode, OpCounts, Row};
 use crate::plan::{LAT_DEPTH, Plan};
@@ -148,7 +151,7 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
             // (slots * size <= the buffer size). When fewer than `window` slots fit, one slot can be
             // the target of several outstanding receives; they all carry the same benchmark
             // data and nothing reads the buffer, as in perftest.
-            match unsafe { rb.irecv(net, recv, off, size_us, TAG_DATA) }? {
+            match unsafe { counted::data_irecv(rb, net, recv, off, size_us, TAG_DATA) }? {
                 Some(r) => {
                     ring.push_back(r);
                     posted += 1;
@@ -167,7 +170,7 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
             }
             break;
         };
-        match test(net, front)? {
+        match counted::data_test(net, front)? {
             Some(n) => {
                 let now = Instant::now();
                 if n != size_us {
@@ -218,7 +221,7 @@ fn server_lat(
         Some(e) if e > 0.0 => ((0.2 * target / e) as u64).clamp(1, plan.warmup.max(1)),
         _ => plan.warmup.max(1),
     };
-    let w = lat_batch(s, size, warm)?;
+    let w = lat_batch(s, size, warm, plan.post_ahead)?;
     // Measured batches until the time target is reached: each batch is sized by the mean round
     // trip seen so far (tails included), so a slow tail cannot stretch the run much.
     let mut b = Batch::default();
@@ -236,7 +239,7 @@ fn server_lat(
             .max(MIN_LAT_SAMPLES.saturating_sub(done))
             .max(1)
             .min(cap - done);
-        let more = lat_batch(s, size, n)?;
+        let more = lat_batch(s, size, n, plan.post_ahead)?;
         b.rtt.extend(more.rtt);
         b.isend_s += more.isend_s;
         b.send_done_s += more.send_done_s;
@@ -263,8 +266,10 @@ struct Batch {
     send_done_s: f64,
 }
 
-fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
-    s.send_cmd(Cmd::Lat { size, count })?;
+/// `count` round trips with `ahead` echo receives posted ahead (0: each just before its ping).
+fn lat_batch(s: &mut Session<'_>, size: u64, count: u64, ahead: u64) -> Result<Batch> {
+    let ahead = ahead.min(LAT_DEPTH);
+    s.send_cmd(Cmd::Lat { size, count, ahead })?;
     let net = s.net;
     let (send, recv) = (&s.send, &s.recv);
     let sb = s
@@ -291,10 +296,13 @@ fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
         ..Batch::default()
     };
     let mut echoes: VecDeque<Req> = VecDeque::new();
-    for k in 0..count.min(LAT_DEPTH) {
+    for k in 0..count.min(ahead) {
         echoes.push_back(post_echo(peer, k)?);
     }
     for i in 0..count {
+        if ahead == 0 {
+            echoes.push_back(post_echo(peer, i)?);
+        }
         let echo = echoes
             .pop_front()
             .ok_or_else(|| Error::new("internal: no echo receive posted"))?;
@@ -325,8 +333,8 @@ fn lat_batch(s: &mut Session<'_>, size: u64, count: u64) -> Result<Batch> {
             out.isend_s += (t_posted - t0).as_secs_f64();
             out.send_done_s += (pd - t0).as_secs_f64();
         }
-        if i + LAT_DEPTH < count {
-            echoes.push_back(post_echo(peer, i + LAT_DEPTH)?);
+        if ahead > 0 && i + ahead < count {
+            echoes.push_back(post_echo(peer, i + ahead)?);
         }
     }
     Ok(out)
@@ -384,8 +392,8 @@ pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
                 }
                 ctrl = s.post_cmd_recv()?;
             }
-            Cmd::Lat { size, count } => {
-                ctrl = client_lat(s, size, count, verbose)?;
+            Cmd::Lat { size, count, ahead } => {
+                ctrl = client_lat(s, size, count, ahead.min(LAT_DEPTH), verbose)?;
             }
             Cmd::Comms { n, size, window } => {
                 ctrl = s.post_cmd_recv()?;
@@ -452,7 +460,7 @@ fn client_bw(
             let off = usize::try_from((sent % slots) * size).map_err(|_| Error::new("overflow"))?;
             // SAFETY: the slot lies inside the registered send buffer (checked above); its
             // contents are never changed while sends are in flight.
-            match unsafe { sb.isend(net, send, off, len, TAG_DATA) }? {
+            match unsafe { counted::data_isend(sb, net, send, off, len, TAG_DATA) }? {
                 Some(r) => {
                     ring.push_back(r);
                     sent += 1;
@@ -466,7 +474,7 @@ fn client_bw(
         }
         while let Some(&front) = ring.front() {
             st.tests += 1;
-            if test(net, front)?.is_none() {
+            if counted::data_test(net, front)?.is_none() {
                 break;
             }
             ring.pop_front();
@@ -505,10 +513,17 @@ fn client_bw(
     }
 }
 
-/// Echoes `count` pings; returns the posted receive of the next command. Keeps [`LAT_DEPTH`]
+/// Echoes `count` pings; returns the posted receive of the next command. Keeps `ahead`
 /// receives posted ahead (the pings, then the next command), each posted after the echo of
-/// the previous ping has gone out.
-fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Result<Req> {
+/// the previous ping has gone out; with `ahead == 0`, one receive, the next one posted just
+/// before the echo of the ping before it.
+fn client_lat(
+    s: &mut Session<'_>,
+    size: u64,
+    count: u64,
+    ahead: u64,
+    verbose: bool,
+) -> Result<Req> {
     let net = s.net;
     let len = usize::try_from(size).map_err(|_| Error::new("size overflow"))?;
     let wait = s.wait;
@@ -533,7 +548,7 @@ fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Resu
     };
     let mut posted: VecDeque<Req> = VecDeque::new();
     let mut next = 0u64;
-    while next <= count && next < LAT_DEPTH {
+    while next <= count && next < ahead.max(1) {
         posted.push_back(post(s, next)?);
         next += 1;
     }
@@ -559,6 +574,10 @@ fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Resu
         if n != len {
             return Err(Error::new(format!("ping of {n} bytes, expected {len}")));
         }
+        if ahead == 0 && next <= count {
+            posted.push_back(post(s, next)?);
+            next += 1;
+        }
         let t1 = clock(verbose);
         let (send, sb) = (&s.send, s.data_send.as_ref());
         let sb = sb.ok_or_else(|| Error::new("no data buffer"))?;
@@ -575,7 +594,7 @@ fn client_lat(s: &mut Session<'_>, size: u64, count: u64, verbose: bool) -> Resu
             || test(net, echo),
         )?;
         let t3 = clock(verbose);
-        if next <= count {
+        if ahead > 0 && next <= count {
             posted.push_back(post(s, next)?);
             next += 1;
         }

@@ -7,6 +7,7 @@
 mod bench;
 mod comms;
 mod compare;
+mod counted;
 mod error;
 mod model;
 mod plan;
@@ -72,6 +73,8 @@ options (server / run):
   --time SECS        time target per size (default 1.0); big sizes send fewer messages
   --iters N          cap on measured messages / round trips per size
   --warmup N         lat: warm-up round trips per size (default 3)
+  --post-ahead N     lat: receives each side keeps posted ahead, 0..2 (default 2); 0 posts
+                     each receive just before the send before it (NCCL's proxy when not ahead)
   --json FILE        write the results as JSON
   --csv FILE         write the results as CSV
   --label TEXT       stored with the results (e.g. a run number)
@@ -103,6 +106,7 @@ struct BenchOpts {
     csv: Option<PathBuf>,
     label: String,
     comms: usize,
+    post_ahead: u64,
 }
 
 #[derive(Debug)]
@@ -172,6 +176,7 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
         csv: None,
         label: String::new(),
         comms: 16,
+        post_ahead: plan::LAT_DEPTH,
     };
     let mut handle = None;
     let server_side = kind == "run" || kind == "server";
@@ -273,6 +278,16 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
             "--warmup" => {
                 bench_only(&opt)?;
                 opts.warmup = num(&opt, &val)?;
+            }
+            "--post-ahead" => {
+                bench_only(&opt)?;
+                opts.post_ahead = num(&opt, &val)?;
+                if opts.post_ahead > plan::LAT_DEPTH {
+                    return Err(Error::new(format!(
+                        "--post-ahead must be 0..{}",
+                        plan::LAT_DEPTH
+                    )));
+                }
             }
             "--json" => {
                 bench_only(&opt)?;
@@ -555,6 +570,7 @@ fn serve_inner(
         target: Duration::from_secs_f64(o.time_s),
         warmup: o.warmup,
         comms: o.comms,
+        post_ahead: o.post_ahead,
     };
     let rows = bench::server(&mut s, &plan)?;
     let setup_s = s.setup_s;
@@ -644,6 +660,7 @@ fn main() -> ExitCode {
         Action::Devices => devices(&common),
         Action::Report(args) => compare::main(args),
     };
+    plugin::echo_warnings();
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -697,6 +714,11 @@ mod tests {
         assert_eq!(opts.mode, Mode::Lat);
         assert_eq!(sizes_of(&opts).unwrap(), vec![8, 4096, 1 << 20]);
         assert_eq!(opts.iters, Some(10));
+        assert_eq!(opts.post_ahead, plan::LAT_DEPTH);
+        let (cmd, _) = parse_args(args("lat --post-ahead 0")).unwrap();
+        assert!(matches!(cmd, Action::Serve { opts, .. } if opts.post_ahead == 0));
+        assert!(parse_args(args("lat --post-ahead 3")).is_err());
+        assert!(parse_args(args("client --post-ahead 0")).is_err());
         assert!(parse_args(args("bw --window 33")).is_err());
         assert!(parse_args(args("bw --split 2")).is_err());
         assert!(parse_args(args("client --sizes 8")).is_err());

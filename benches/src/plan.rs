@@ -4,9 +4,13 @@
 use crate::model::Mode;
 use std::time::Duration;
 
-/// Receives each side keeps posted ahead in `lat`, as NCCL's proxy posts receives for the next
-/// steps ahead of time: the clear-to-send that a receive sends to its peer is then off the
-/// critical path of the round trip. Buffers have one slot per receive in flight.
+/// Receives each side keeps posted ahead in `lat` by default (and the most it may keep), as
+/// NCCL's proxy posts receives for the next steps ahead of time: the clear-to-send that a
+/// receive sends to its peer is then off the critical path of the round trip. Buffers have one
+/// slot per receive in flight. `--post-ahead 0` posts each receive just before the send that
+/// precedes its message instead (the server: the echo's receive just before the ping; the
+/// client: the next ping's receive just before the echo), as NCCL's proxy does when it is not
+/// ahead of the peer.
 pub(crate) const LAT_DEPTH: u64 = 2;
 
 /// The server's plan.
@@ -23,6 +27,8 @@ pub(crate) struct Plan {
     pub(crate) warmup: u64,
     /// Comms per direction (comms mode).
     pub(crate) comms: usize,
+    /// Receives posted ahead in `lat`, 0..=[`LAT_DEPTH`].
+    pub(crate) post_ahead: u64,
 }
 
 /// Largest bw buffer (more window slots than fit are reused round-robin, as perftest reuses

@@ -24,14 +24,27 @@ pub(crate) fn load(path: &Path) -> Result<Net> {
     Net::load_version(path, AbiVersion::V8).map_err(Error::new)
 }
 
+/// Writes the plugin's WARN lines logged so far to stderr (the stand-in's logger keeps them;
+/// without a logger a plugin would have written them there itself).
+pub(crate) fn echo_warnings() {
+    for l in ferro_nccl_standin::logger::logs() {
+        if l.level == ferro_ffi::log_level::WARN {
+            eprintln!("[plugin WARN] {}", l.text);
+        }
+    }
+}
+
 /// The table's name, or `(unnamed)`.
 pub(crate) fn name(net: &Net) -> String {
     net.name().unwrap_or_else(|| "(unnamed)".to_string())
 }
 
-/// `init(NULL)`: no logger (the plugin then writes its warnings to stderr).
+/// `init` with a logger, as NCCL calls it (the stand-in's, which keeps the lines; some plugins
+/// call the logger unconditionally from `init`).
 pub(crate) fn init(net: &Net) -> Result<()> {
-    Ok(net.init_with(None).call("init")?)
+    Ok(net
+        .init_with(ferro_nccl_standin::logger::nccl_logger())
+        .call("init")?)
 }
 
 fn properties(net: &Net, dev: c_int) -> Result<DevProps> {

@@ -48,8 +48,10 @@ pub(crate) enum Cmd {
     Bw { size: u64, window: u64, slots: u64 },
     /// End of a `Bw` phase: the receiver consumed `count` messages in all.
     Stop { count: u64 },
-    /// Echo `count` messages of `size` bytes (ping on server→client, echo on client→server).
-    Lat { size: u64, count: u64 },
+    /// Echo `count` messages of `size` bytes (ping on server→client, echo on client→server),
+    /// keeping `ahead` receives posted ahead (0: each receive posted just before the send
+    /// that precedes it, see [`crate::plan::LAT_DEPTH`]).
+    Lat { size: u64, count: u64, ahead: u64 },
     /// Close and exit.
     Done,
     /// Open `n` more comms (the first time), then send `size`-byte messages round-robin over
@@ -70,7 +72,7 @@ impl Cmd {
                 slots,
             } => (2, size, window, slots),
             Cmd::Stop { count } => (3, count, 0, 0),
-            Cmd::Lat { size, count } => (4, size, count, 0),
+            Cmd::Lat { size, count, ahead } => (4, size, count, ahead),
             Cmd::Done => (5, 0, 0, 0),
             Cmd::Comms { n, size, window } => (6, n, size, window),
         };
@@ -104,7 +106,11 @@ impl Cmd {
                 slots: c,
             },
             3 => Cmd::Stop { count: a },
-            4 => Cmd::Lat { size: a, count: b },
+            4 => Cmd::Lat {
+                size: a,
+                count: b,
+                ahead: c,
+            },
             5 => Cmd::Done,
             6 => Cmd::Comms {
                 n: a,
@@ -723,6 +729,7 @@ mod tests {
             Cmd::Lat {
                 size: 4096,
                 count: 7,
+                ahead: 0,
             },
             Cmd::Done,
         ] {

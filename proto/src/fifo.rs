@@ -94,7 +94,7 @@ impl CtsEntry {
         };
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let seq = group_seq + 1;
-        if u32_at(0) != seq as u32 {
+        if u32_at(0) != expected_seq_word(group_seq) {
             return None;
         }
         let e = CtsEntry {
@@ -112,6 +112,14 @@ impl CtsEntry {
             && e.idx < e.nreqs;
         valid.then_some(e)
     }
+}
+
+/// The first 4 bytes (little-endian) of an entry for group `group_seq` once written: a reader
+/// that finds another value there has no entry yet (or a stale one), whatever the rest holds,
+/// so it may look at this word alone before reading the whole entry ([`CtsEntry::decode`]
+/// checks it again).
+pub fn expected_seq_word(group_seq: u64) -> u32 {
+    (group_seq + 1) as u32
 }
 
 /// Byte offset of entry `i` of group `seq` in the sender's FIFO.
@@ -146,6 +154,26 @@ mod tests {
             tag,
             nreqs,
             idx,
+        }
+    }
+
+    #[test]
+    fn the_sequence_word_alone_tells_a_written_entry_from_an_absent_one() {
+        for seq in [
+            0u64,
+            31,
+            32,
+            u64::from(u32::MAX) - 1,
+            u64::from(u32::MAX),
+            1 << 40,
+        ] {
+            let b = e(seq, 0, 1, 3, 8).encode();
+            let word = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            assert_eq!(word, expected_seq_word(seq), "group {seq}");
+            assert!(CtsEntry::decode(&b, seq).is_some());
+            // The same slot 32 groups later, before its entry arrives.
+            assert_ne!(word, expected_seq_word(seq + SLOTS as u64));
+            assert!(CtsEntry::decode(&b, seq + SLOTS as u64).is_none());
         }
     }
 

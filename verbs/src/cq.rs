@@ -53,6 +53,16 @@ impl Cq {
         // SAFETY: the CQ is live for as long as self.
         unsafe { ops::poll_cq(self.as_ptr(), wc) }
     }
+
+    /// Polls up to `room.len()` completions into room that is not initialised first (no
+    /// zeroing per poll on the data path); returns the completions polled.
+    pub fn poll_into<'w>(
+        &self,
+        room: &'w mut [core::mem::MaybeUninit<ibv_wc>],
+    ) -> Result<&'w [ibv_wc]> {
+        // SAFETY: the CQ is live for as long as self.
+        unsafe { ops::poll_cq_uninit(self.as_ptr(), room) }
+    }
 }
 
 impl Drop for Cq {

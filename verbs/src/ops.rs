@@ -59,6 +59,30 @@ pub unsafe fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr) -> Result<()> {
     }
 }
 
+/// `ibv_poll_cq` into room that need not be initialised: the provider fills the front; the
+/// filled entries are returned.
+///
+/// # Safety
+/// `cq` is a live CQ.
+pub unsafe fn poll_cq_uninit(
+    cq: *mut ibv_cq,
+    wc: &mut [core::mem::MaybeUninit<ibv_wc>],
+) -> Result<&[ibv_wc]> {
+    // SAFETY: forwarded contract.
+    let op = unsafe { ops_of_cq(cq) }
+        .poll_cq
+        .ok_or(Error::new("ibv_poll_cq", libc::EOPNOTSUPP))?;
+    let room = c_int::try_from(wc.len()).unwrap_or(c_int::MAX);
+    // SAFETY: wc has room for `room` entries (MaybeUninit<ibv_wc> has ibv_wc's layout); the
+    // provider only writes them; cq is live.
+    let rc = unsafe { op(cq, room, wc.as_mut_ptr().cast::<ibv_wc>()) };
+    let n = usize::try_from(rc).map_err(|_| Error::new("ibv_poll_cq", -rc))?;
+    let n = n.min(wc.len());
+    // SAFETY: the provider filled the first `n` entries (its return value), and ibv_wc is
+    // plain data.
+    Ok(unsafe { core::slice::from_raw_parts(wc.as_ptr().cast::<ibv_wc>(), n) })
+}
+
 /// `ibv_poll_cq`: fills `wc` from the front, returns how many were filled.
 ///
 /// # Safety

@@ -35,6 +35,7 @@ pub(super) trait RecoverOps {
 /// What `test` and the periodic look need from either side's core.
 pub(super) trait CoreOps: Recovering + RecoverOps {
     fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
+    fn is_pending(&self, req: u32) -> bool;
     /// `take_done`, else the comm's failure (`ferro_proto::comm::test_outcome`).
     fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
     fn health(&self) -> &CommHealth;
@@ -51,6 +52,9 @@ macro_rules! core_ops {
             }
             fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
                 <$t>::test(self, req)
+            }
+            fn is_pending(&self, req: u32) -> bool {
+                <$t>::is_pending(self, req)
             }
             fn health(&self) -> &CommHealth {
                 &self.health
@@ -72,6 +76,9 @@ core_ops!(SendCore);
 core_ops!(RecvCore);
 
 /// The time since the plugin first looked at the clock: the watchdog's and recovery's time base.
+/// Completions taken from a CQ per `ibv_poll_cq` call (the loop polls again while they fill it).
+const WCS_PER_POLL: usize = 16;
+
 pub(super) fn now() -> Duration {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed()
@@ -130,25 +137,28 @@ impl Comm {
         core: &mut C,
         on_wc: &mut impl FnMut(&mut C, &ibv_wc),
     ) {
-        let mut wcs = [ibv_wc::default(); 16];
+        // Not zeroed: the provider fills what it reports (a poll that finds nothing, the
+        // common case while waiting, then costs no initialisation).
+        let mut room = [core::mem::MaybeUninit::<ibv_wc>::uninit(); WCS_PER_POLL];
         loop {
             core.health_mut().counters.polls += 1;
-            let n = match rail.cq.poll(&mut wcs) {
-                Ok(0) => {
+            let wcs = match rail.cq.poll_into(&mut room) {
+                Ok([]) => {
                     core.health_mut().counters.empty_polls += 1;
-                    0
+                    &[][..]
                 }
-                Ok(n) => n,
+                Ok(wcs) => wcs,
                 Err(e) => {
                     let v = verdict::refused(&self.describe(), &e);
                     self.execute(core, v, &mut |_| {});
                     return;
                 }
             };
+            let n = wcs.len();
             if let Some(c) = core.health_mut().counters.member_completions.get_mut(m) {
                 *c += n as u64;
             }
-            for wc in &wcs[..n] {
+            for wc in wcs {
                 if wc.status == IBV_WC_SUCCESS {
                     crate::profiler::on_completion(self, wc);
                     on_wc(core, wc);
@@ -171,7 +181,7 @@ impl Comm {
                     self.execute(core, v, &mut |_| {});
                 }
             }
-            if n < wcs.len() {
+            if n < WCS_PER_POLL {
                 return;
             }
         }
@@ -209,13 +219,20 @@ impl Comm {
     ///
     /// A comm that recovers in place (or wants to) takes its recovery's steps at every call that
     /// waits, and so does one whose look brought recovery messages from the peer.
-    pub(super) fn on_wait<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+    /// Returns whether it did anything (drove a recovery or looked): when not, the comm's
+    /// requests and health are as the caller left them.
+    pub(super) fn on_wait<C: CoreOps>(
+        &self,
+        core: &mut C,
+        mut on_wc: impl FnMut(&mut C, &ibv_wc),
+    ) -> bool {
         let r = core.recovery();
-        if r.is_stopped() || r.is_wanted() {
+        let recovering = r.is_stopped() || r.is_wanted();
+        if recovering {
             C::drive_recovery(self, core);
         }
         if !core.health_mut().look_due() {
-            return;
+            return recovering;
         }
         super::cts::flush_others(self);
         // The events are read (and each logged) whatever the policy then makes of them.
@@ -233,6 +250,7 @@ impl Comm {
         if core.health().failure().is_none() && (news || core.recovery().is_wanted()) {
             C::drive_recovery(self, core);
         }
+        true
     }
 
     /// A post or poll that libibverbs refused (`what`: its error): the fault policy's verdict
@@ -288,16 +306,26 @@ impl Comm {
         idx: u32,
         on_wc: impl FnMut(&mut C, &ibv_wc) + Copy,
     ) -> Result<Option<Done>> {
-        if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
-            return Ok(Some(d));
+        // `is_pending` first: while waiting, the answer is "not yet" and nothing is taken.
+        if !core.is_pending(idx) {
+            if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
+                return Ok(Some(d));
+            }
         }
         if core.health().failure().is_none() {
             self.poll(core, on_wc);
         }
-        if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
-            return Ok(Some(d));
+        if !core.is_pending(idx) {
+            if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
+                return Ok(Some(d));
+            }
         }
-        self.on_wait(core, on_wc);
+        if !self.on_wait(core, on_wc) {
+            // Nothing polled or changed since the look-up above: not done, or the comm's
+            // failure (one found by this call's poll).
+            return ferro_proto::comm::test_outcome(None, core.health())
+                .map_err(|e| self.core_error(e));
+        }
         // The look may have polled once more before failing the comm: a request that poll
         // completed is done; only one still pending gets the failure.
         core.test(idx).map_err(|e| self.core_error(e))

@@ -25,7 +25,7 @@ impl Comm {
                 if let Some(w) = core.cts_flush() {
                     self.post_cts(mem, &mut core, &w)?;
                 }
-                self.on_wait(&mut *core, receiver_completion(mem));
+                let _ = self.on_wait(&mut *core, receiver_completion(mem));
                 return retry_answer(&*core);
             }
             RecvStep::Post(p) => p,

@@ -41,10 +41,13 @@ impl Comm {
         let failed_before = core.health.failure().is_some();
         let step = core
             .isend(tag, size, data, lkeys, |seq, i| {
-                let e = CtsEntry::decode(
-                    &mem.fifo.read::<ENTRY_SIZE>(fifo::entry_offset(seq, i)),
-                    seq,
-                );
+                let off = fifo::entry_offset(seq, i);
+                // The sequence word first: while the clear-to-send has not arrived (the
+                // common answer of a retried send) nothing more is read.
+                if mem.fifo.read_u32_le(off) != fifo::expected_seq_word(seq) {
+                    return None;
+                }
+                let e = CtsEntry::decode(&mem.fifo.read::<ENTRY_SIZE>(off), seq);
                 // The entry's fields are used only after this point.
                 fence(Ordering::Acquire);
                 e
@@ -70,7 +73,7 @@ impl Comm {
         }
         match step {
             SendStep::Retry(_) => {
-                self.on_wait(&mut *core, sender_completion);
+                let _ = self.on_wait(&mut *core, sender_completion);
                 retry_answer(&*core)
             }
             SendStep::Matched { req } => {

@@ -424,10 +424,23 @@ impl RecvCore {
     }
 
     /// `test`: the request's result when it is done (the request is then freed).
+    /// Whether request `req` is in flight and not done yet (`take_done` would answer `None`):
+    /// the cheap question a waiting `test` asks before and after its poll.
+    pub fn is_pending(&self, req: u32) -> bool {
+        match self.reqs.get(req) {
+            Some(RecvReq::Recv { done, .. }) => done.is_none(),
+            Some(RecvReq::Flush { remaining, .. }) => *remaining != 0,
+            None => false,
+        }
+    }
+
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
-        let done = match *self.reqs.in_flight_mut(req)? {
-            RecvReq::Recv { done, .. } => done,
-            RecvReq::Flush { remaining, .. } => (remaining == 0).then_some(Done::NOTHING),
+        // Matched in place: a request still pending (the common answer while waiting) is not
+        // copied out of the table.
+        let done = match self.reqs.in_flight_mut(req)? {
+            RecvReq::Recv { done: None, .. } => return Ok(None),
+            RecvReq::Recv { done, .. } => *done,
+            RecvReq::Flush { remaining, .. } => (*remaining == 0).then_some(Done::NOTHING),
         };
         if done.is_some() {
             self.reqs.release(req);

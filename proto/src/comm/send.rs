@@ -333,7 +333,8 @@ impl SendCore {
         f.n = g.n;
         f.items[..g.n].copy_from_slice(&g.items[..g.n]);
         f.replay = 0;
-        self.room.take(gseq, &g.items[..g.n], &self.layout);
+        // The send that completes the group ran `full_qp` on these same items above.
+        self.room.take_counted(gseq, &self.layout);
         self.seq += 1;
         Ok(SendStep::Post { req })
     }
@@ -417,6 +418,12 @@ impl SendCore {
                 self.room.give_back(seq, &f.items[..f.n], &self.layout);
             }
         }
+    }
+
+    /// Whether request `req` is in flight and not done yet (`take_done` would answer `None`):
+    /// the cheap question a waiting `test` asks before and after its poll.
+    pub fn is_pending(&self, req: u32) -> bool {
+        self.reqs.get(req).is_some_and(|s| !s.done)
     }
 
     /// `test`: the request's result when it is done (the request is then freed).

@@ -86,10 +86,13 @@ fn a_split_receive_adds_the_immediates_of_every_qp() {
     let mut c = RecvCore::new(QpLayout::one_device(3, true));
     let p = post(&mut c, 1);
     for imm in [128, 128, 44] {
+        assert!(c.is_pending(p.req));
         assert_eq!(c.take_done(p.req), Ok(None));
         c.handle_completion(p.recv_wr_id(), imm, |_, _| unreachable!());
     }
+    assert!(!c.is_pending(p.req), "done is not pending");
     assert_eq!(c.take_done(p.req), Ok(Some(Done::one(300))));
+    assert!(!c.is_pending(p.req), "a freed request is not pending");
 }
 
 #[test]

@@ -70,6 +70,13 @@ impl Room {
     /// Group `seq` is posted: its work requests are held.
     pub fn take(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
         self.count(seq, items, layout);
+        self.take_counted(seq, layout);
+    }
+
+    /// [`Room::take`] of the group that the last [`Room::full_qp`] call counted (and found
+    /// fitting), without counting its writes again: the caller passes the same group, with the
+    /// same items, right after that call.
+    pub fn take_counted(&mut self, seq: u64, layout: &QpLayout) {
         let n = self.held.len();
         for q in layout.group_qps(seq).filter(|&q| q < n) {
             self.held[q] += self.need[q];
@@ -88,5 +95,48 @@ impl Room {
     /// Work requests QP `q` holds.
     pub fn held(&self, q: usize) -> u32 {
         self.held.get(q).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::QpLayout;
+
+    fn item(size: u32) -> SendItem {
+        SendItem {
+            addr: 0x1000,
+            lkeys: [1; crate::MAX_DEVS],
+            size,
+            remote_addr: 0x2000,
+            rkeys: [2; crate::MAX_DEVS],
+        }
+    }
+
+    #[test]
+    fn taking_a_group_counted_by_full_qp_holds_what_counting_it_again_would() {
+        for (nqps, split) in [(1, false), (4, false), (4, true)] {
+            let layout = QpLayout::new(nqps, split, 1, 1);
+            for items in [vec![item(8)], vec![item(1 << 20), item(0), item(4096)]] {
+                for seq in 0..8 {
+                    let (mut counted, mut recounted) = (Room::new(nqps), Room::new(nqps));
+                    assert_eq!(counted.full_qp(seq, &items, &layout), None);
+                    counted.take_counted(seq, &layout);
+                    recounted.take(seq, &items, &layout);
+                    let held = |r: &Room| (0..nqps).map(|q| r.held(q)).collect::<Vec<_>>();
+                    assert_eq!(
+                        held(&counted),
+                        held(&recounted),
+                        "{nqps} QPs, split {split}"
+                    );
+                    assert!(
+                        held(&counted).iter().any(|&h| h > 0),
+                        "the group holds room"
+                    );
+                    counted.give_back(seq, &items, &layout);
+                    assert!(held(&counted).iter().all(|&h| h == 0), "all given back");
+                }
+            }
+        }
     }
 }

@@ -263,10 +263,13 @@ fn requests_are_done_when_every_qp_of_their_group_completed() {
     };
     let group = owned(&c);
     for q in 0..4 {
+        assert!(c.is_pending(req), "after {q} of 4 QPs");
         assert_eq!(c.take_done(req), Ok(None), "after {q} of 4 QPs");
         c.handle_completion(WrId::Send { seq: group.seq }.encode());
     }
+    assert!(!c.is_pending(req), "done, not pending");
     assert_eq!(c.take_done(req), Ok(Some(Done::one(4096))));
+    assert!(!c.is_pending(req), "gone, not pending");
     assert_eq!(
         c.take_done(req),
         Err(CoreError::NotInFlight { idx: req }),
