@@ -29,9 +29,16 @@ pub(crate) fn name(net: &Net) -> String {
     net.name().unwrap_or_else(|| "(unnamed)".to_string())
 }
 
-/// `init(NULL)`: no logger (the plugin then writes its warnings to stderr).
+/// `init(NULL)` for Ferro: no logger (it then writes its warnings to stderr). Another plugin
+/// (one without Ferro's `ferroNetStats_v1`, e.g. NCCL's IB transport as a plugin) gets the
+/// stand-in's logger, as NCCL always passes one and such a plugin calls it unchecked.
 pub(crate) fn init(net: &Net) -> Result<()> {
-    Ok(net.init_with(None).call("init")?)
+    let logger = if ferro_nccl_standin::loader::stats_fn(net.path()).is_some() {
+        None
+    } else {
+        ferro_nccl_standin::logger::nccl_logger()
+    };
+    Ok(net.init_with(logger).call("init")?)
 }
 
 fn properties(net: &Net, dev: c_int) -> Result<DevProps> {

@@ -31,6 +31,7 @@ use ferro_proto::comm::send::{Oversize, SendCore};
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::handle::{self, HANDLE_SIZE, SECRET_SIZE};
 use ferro_proto::handshake::strangers::{self, LogTally, MAX_STRANGERS, Report};
+use ferro_proto::handshake::sweep::SweepPacer;
 use ferro_proto::handshake::{
     self as hs, Event, HANDSHAKE_TIMEOUT, Handshake, HandshakeError, LocalSide, Settings, Stage,
 };
@@ -548,8 +549,13 @@ fn start_connect(
 }
 
 /// Drops connects whose caller stopped calling (they made no progress for the handshake
-/// bound), so an abandoned connect does not keep its socket and QPs forever.
+/// bound), so an abandoned connect does not keep its socket and QPs forever; one call per
+/// [`SWEEP_INTERVAL`] does it, so that a `connect` call stays O(1) in the connects in progress.
 fn reap_abandoned_connects(now: Duration) {
+    static PACER: SweepPacer = SweepPacer::new();
+    if !PACER.due(now) {
+        return;
+    }
     connects().retain(|_, p| {
         p.hs.handle_timeout(now);
         if !p.timed_out() {
