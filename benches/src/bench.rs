@@ -393,8 +393,7 @@ pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
                 ctrl = s.post_cmd_recv()?;
             }
             Cmd::Scale { n, threads, stream } => {
-                ctrl = s.post_cmd_recv()?;
-                crate::scale::client(s, n, threads, stream, ctrl)?;
+                crate::scale::client(s, n, threads, stream)?;
                 ctrl = s.post_cmd_recv()?;
             }
             Cmd::Go => return Err(Error::new("unexpected Go outside a scale phase")),

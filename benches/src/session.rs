@@ -298,9 +298,6 @@ pub(crate) struct Session<'n> {
     pub(crate) setup_s: f64,
     /// The server's listen handle (client), for the comms mode's extra connections.
     server_handle: Option<Handle>,
-    /// The peer's listen handle as it was received, before any connect used it (both sides):
-    /// the scale mode connects to it again and again, each time from a fresh copy.
-    pub(crate) peer_listen: Option<Handle>,
     /// The comms mode's extra send comms (client), each with the data buffer registered on it.
     pub(crate) extra_send: Vec<(SendComm, Mr)>,
     /// The comms mode's extra receive comms (server), each with the data buffer registered on
@@ -363,7 +360,6 @@ impl<'n> Session<'n> {
         }
         let mut h = Handle::zeroed();
         h.0.copy_from_slice(&ctrl_recv.buf.read_at0(128)?);
-        let client_handle = h;
         let send = wait_for(
             &wait,
             &mut peer,
@@ -372,7 +368,7 @@ impl<'n> Session<'n> {
         )?;
         let ctrl_send = register(net, &send, 4096, 0)?;
         let comms = (send, recv, listen);
-        let mut s = Self::set_up(
+        Ok(Self::set_up(
             net,
             dev,
             Role::Server,
@@ -381,9 +377,7 @@ impl<'n> Session<'n> {
             wait,
             peer,
             start,
-        );
-        s.peer_listen = Some(client_handle);
-        Ok(s)
+        ))
     }
 
     /// Client side: connects to the server's handle and lets it connect back.
@@ -437,7 +431,6 @@ impl<'n> Session<'n> {
             start,
         );
         s.server_handle = Some(original);
-        s.peer_listen = Some(original);
         Ok(s)
     }
 
@@ -513,7 +506,6 @@ impl<'n> Session<'n> {
             peer,
             setup_s: start.elapsed().as_secs_f64(),
             server_handle: None,
-            peer_listen: None,
             extra_send: Vec::new(),
             extra_recv: Vec::new(),
         }
@@ -573,13 +565,6 @@ impl<'n> Session<'n> {
         })?;
         wait_for(&self.wait, &mut self.peer, what, || test(net, req))?;
         Ok(())
-    }
-
-    /// This side's listen comm (the one the peer connected to).
-    pub(crate) fn listen_comm(&self) -> Result<&ListenComm> {
-        self.listen
-            .as_ref()
-            .ok_or_else(|| Error::new("no listen comm"))
     }
 
     /// Sends [`WORDS`] little-endian words to the peer (a report larger than a command) and waits

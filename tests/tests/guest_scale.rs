@@ -99,11 +99,25 @@ fn open_some(net: &Net, dev: i32, h: &Handle, l: &ListenComm, connects: usize) -
     (sends, recvs)
 }
 
+/// Open fds and the verbs objects of all this process's threads (the kernel lists an object
+/// under the thread that made it, and no longer under any once that thread has exited).
 fn sample() -> (usize, VerbsCounts) {
-    (
-        open_fds().unwrap_or_else(|e| panic!("{e}")),
-        verbs_counts(std::process::id()).unwrap_or_else(|e| panic!("{e}")),
-    )
+    let mut v = VerbsCounts::default();
+    let tasks = std::fs::read_dir("/proc/self/task").must("/proc/self/task");
+    for t in tasks {
+        let tid: u32 = t
+            .must("/proc/self/task")
+            .file_name()
+            .to_string_lossy()
+            .parse()
+            .must("a thread id");
+        let c = verbs_counts(tid).must("rdma resource show");
+        v.qp += c.qp;
+        v.cq += c.cq;
+        v.mr += c.mr;
+        v.pd += c.pd;
+    }
+    (open_fds().must("open fds"), v)
 }
 
 fn wait(net: &Net, r: Request, what: &str) -> i32 {
@@ -136,21 +150,27 @@ fn n_connections(n: usize) {
     let base = sample();
     let shared = Shared(&listen);
     let t0 = Instant::now();
-    let parts: Vec<Opened> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let shared = &shared;
-                let share = (t..n).step_by(THREADS).count();
-                s.spawn(move || open_some(net, dev, &h, shared.0, share))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| panic!("a connect thread panicked"))
-            })
-            .collect()
+    // The threads stay alive (parked on `gate`) until the counts are taken.
+    let gate = std::sync::RwLock::new(());
+    let (parts, open): (Vec<Opened>, _) = std::thread::scope(|s| {
+        let closed = gate.write().unwrap_or_else(|p| p.into_inner());
+        let (tx, rx) = std::sync::mpsc::channel();
+        for t in 0..THREADS {
+            let (shared, gate, tx) = (&shared, &gate, tx.clone());
+            let share = (t..n).step_by(THREADS).count();
+            s.spawn(move || {
+                let _ = tx.send(open_some(net, dev, &h, shared.0, share));
+                drop(tx);
+                drop(gate.read());
+            });
+        }
+        drop(tx);
+        let parts: Vec<Opened> = rx.iter().take(THREADS).collect();
+        let open = sample();
+        drop(closed);
+        (parts, open)
     });
+    assert_eq!(parts.len(), THREADS, "a connect thread failed");
     eprintln!(
         "{n} connections opened by {THREADS} threads in {:.2} s",
         t0.elapsed().as_secs_f64()
@@ -161,7 +181,6 @@ fn n_connections(n: usize) {
         recvs.extend(r.into_iter().map(|m| m.0));
     }
     assert_eq!((sends.len(), recvs.len()), (n, n));
-    let open = sample();
     let grown = (
         open.0 - base.0,
         VerbsCounts {

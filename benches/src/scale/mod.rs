@@ -26,7 +26,8 @@ use crate::model::percentile;
 use crate::progress::progress;
 use crate::session::{Cmd, Session, WORDS};
 use crate::units::{fmt_size, parse_size};
-use ferro_nccl_standin::net::Request as Req;
+use ferro_nccl_standin::net::ListenComm;
+use ferro_nccl_standin::{Handle, NcclExt as _};
 use procfs::{Snapshot, Verbs};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -311,16 +312,67 @@ fn median_p99(v: &[u64]) -> (u64, u64) {
     (crate::model::median(&s) as u64, percentile(&s, 99.0) as u64)
 }
 
-/// Where a phase is between the idle measurement and the data: how this side waits for the
-/// other to be done measuring.
+/// Which side of a phase this is, for the two exchanges between the sides: the listen handles
+/// (the server sends its own first), and, between the idle measurement and the data, who waits
+/// for whom.
 enum Sync<'a> {
     /// Server: wait for the client's report, then send `Go`.
     Server(&'a mut Option<Side>),
-    /// Client: report, then wait for `Go` on the already posted command receive.
-    Client(Req),
+    /// Client: report, then wait for `Go`.
+    Client,
 }
 
-/// One side of one phase.
+/// Handles per report message (16 words each).
+const HANDLES_PER_REPORT: usize = WORDS / 16;
+
+fn send_handles(s: &mut Session<'_>, hs: &[Handle]) -> Result<()> {
+    for chunk in hs.chunks(HANDLES_PER_REPORT) {
+        let mut w = [0u64; WORDS];
+        for (k, h) in chunk.iter().enumerate() {
+            for (j, b) in h.0.chunks_exact(8).enumerate() {
+                let mut x = [0u8; 8];
+                x.copy_from_slice(b);
+                w[16 * k + j] = u64::from_le_bytes(x);
+            }
+        }
+        s.send_words(&w)?;
+    }
+    Ok(())
+}
+
+fn recv_handles(s: &mut Session<'_>, n: usize) -> Result<Vec<Handle>> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let w = s.recv_words()?;
+        for k in 0..HANDLES_PER_REPORT.min(n - out.len()) {
+            let mut h = Handle::zeroed();
+            for (j, b) in h.0.chunks_exact_mut(8).enumerate() {
+                b.copy_from_slice(&w[16 * k + j].to_le_bytes());
+            }
+            out.push(h);
+        }
+    }
+    Ok(out)
+}
+
+/// `registered` as the comms' reading plus what registering added (measured by the main
+/// thread alone, once the connect threads that made the comms' objects are gone).
+fn plus_registration(connected: &Snapshot, pre: &Snapshot, post: &Snapshot) -> Snapshot {
+    let verbs = match (connected.verbs, pre.verbs, post.verbs) {
+        (Some(c), Some(a), Some(b)) => Some(Verbs {
+            qp: (c.qp + b.qp).saturating_sub(a.qp),
+            cq: (c.cq + b.cq).saturating_sub(a.cq),
+            cqe: (c.cqe + b.cqe).saturating_sub(a.cqe),
+            mr: (c.mr + b.mr).saturating_sub(a.mr),
+            mr_bytes: (c.mr_bytes + b.mr_bytes).saturating_sub(a.mr_bytes),
+        }),
+        _ => None,
+    };
+    Snapshot { verbs, ..*post }
+}
+
+/// One side of one phase: one listen comm per connect thread (their handles exchanged with
+/// the peer, the server's first), then [`phase_on`]; the listen comms are closed at the end.
 fn phase(
     s: &mut Session<'_>,
     n: usize,
@@ -331,7 +383,44 @@ fn phase(
 ) -> Result<Side> {
     let net = s.net;
     let who = s.role_name();
+    let mut listens = Vec::with_capacity(threads);
+    let mut mine = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        let (h, l) = net.listen(s.dev.index).call("listen")?;
+        mine.push(h);
+        listens.push(l);
+    }
+    let peers = if matches!(sync, Sync::Server(_)) {
+        send_handles(s, &mine)?;
+        recv_handles(s, threads)?
+    } else {
+        let p = recv_handles(s, threads)?;
+        send_handles(s, &mine)?;
+        p
+    };
+    let res = phase_on(s, n, plan, verbs, sync, &peers, &listens);
+    for l in listens {
+        if let Err(e) = net.close_listen(l).call("closeListen") {
+            return Err(Error::from(e).context(format!("{who}: closing a listen comm")));
+        }
+    }
+    res
+}
+
+/// The rest of a phase, with the listen comms open and the peer's handles known.
+fn phase_on(
+    s: &mut Session<'_>,
+    n: usize,
+    plan: StreamPlan,
+    verbs: bool,
+    sync: Sync<'_>,
+    peers: &[Handle],
+    listens: &[ListenComm],
+) -> Result<Side> {
+    let net = s.net;
+    let who = s.role_name();
     let side_id = u64::from(who == "client");
+    let threads = listens.len();
     let pools = Pools::new(plan.pool_bytes(n))?;
     // The stand-in keeps the log lines of a plugin that has a logger; none should be counted.
     ferro_nccl_standin::logger::clear_logs();
@@ -339,32 +428,25 @@ fn phase(
         before: procfs::snapshot(verbs),
         ..Default::default()
     };
-    let peer = s
-        .peer_listen
-        .ok_or_else(|| Error::new("the peer's listen handle is unknown"))?;
-    let opened = connect::open(
-        net,
-        s.dev.index,
-        &peer,
-        s.listen_comm()?,
-        n,
-        threads,
-        s.wait.timeout,
-    )
-    .map_err(|e| e.context(format!("{who}: opening {n} comms each way")))?;
+    let (opened, connected) =
+        connect::open(net, s.dev.index, peers, listens, n, s.wait.timeout, || {
+            ferro_nccl_standin::logger::clear_logs();
+            procfs::snapshot(verbs)
+        })
+        .map_err(|e| e.context(format!("{who}: opening {n} comms each way")))?;
     (r.connect_median_ns, r.connect_p99_ns) = median_p99(&opened.connect_ns);
     (r.accept_median_ns, r.accept_p99_ns) = median_p99(&opened.accept_ns);
     r.open_wall_ns = opened.wall_ns;
-    ferro_nccl_standin::logger::clear_logs();
-    r.connected = procfs::snapshot(verbs);
+    r.connected = connected;
     progress(&format!(
         "{who}: {n} comms each way open in {:.2} s with {threads} thread(s) (connect median {:.1} ms, p99 {:.1} ms)",
         opened.wall_ns as f64 * 1e-9,
         r.connect_median_ns as f64 * 1e-6,
         r.connect_p99_ns as f64 * 1e-6
     ));
+    let pre = procfs::snapshot(verbs);
     let mut w = stream::wire(net, &pools, opened.sends, opened.recvs)?;
-    r.registered = procfs::snapshot(verbs);
+    r.registered = plus_registration(&r.connected, &pre, &procfs::snapshot(verbs));
     let result = (|| -> Result<()> {
         let ids = stream::post_ids(net, &pools, &w)?;
         (r.idle_test_ns, r.sweep_ns_per_comm) = stream::idle_costs(net, &ids)?;
@@ -374,7 +456,8 @@ fn phase(
                 *client = Some(Side::decode(&words));
                 s.send_cmd(Cmd::Go)?;
             }
-            Sync::Client(go) => {
+            Sync::Client => {
+                let go = s.post_cmd_recv()?;
                 s.send_words(&r.encode())?;
                 match s.wait_cmd(go)? {
                     Cmd::Go => {}
@@ -467,15 +550,8 @@ pub(crate) fn server(s: &mut Session<'_>, o: &Opts) -> Result<Vec<output::Row>> 
     Ok(rows)
 }
 
-/// Client: one phase (the command arrived; `ctrl` is the posted receive of the next command,
-/// which `Go` will fill).
-pub(crate) fn client(
-    s: &mut Session<'_>,
-    n: u64,
-    threads: u64,
-    stream: u64,
-    ctrl: Req,
-) -> Result<()> {
+/// Client: one phase (its command arrived; no command receive is posted).
+pub(crate) fn client(s: &mut Session<'_>, n: u64, threads: u64, stream: u64) -> Result<()> {
     procfs::raise_fd_limit();
     let verbs = stream >> 63 == 1;
     let plan = StreamPlan::unpack(stream & !(1 << 63));
@@ -486,7 +562,7 @@ pub(crate) fn client(
         usize::try_from(threads).unwrap_or(1).clamp(1, 64),
         plan,
         verbs,
-        Sync::Client(ctrl),
+        Sync::Client,
     )?;
     s.send_words(&r.encode())
 }

@@ -38,11 +38,7 @@ pub(crate) fn snapshot(with_verbs: bool) -> Snapshot {
         lck_kib: kib("VmLck"),
         pin_kib: kib("VmPin"),
         fds: open_fds(),
-        verbs: if with_verbs {
-            verbs(std::process::id())
-        } else {
-            None
-        },
+        verbs: if with_verbs { verbs(&tasks()) } else { None },
     }
 }
 
@@ -78,14 +74,25 @@ fn rdma(kind: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The verbs objects of `pid`, or `None` without a working `rdma` tool.
-fn verbs(pid: u32) -> Option<Verbs> {
+/// The ids of this process's threads (the kernel lists a verbs object under the thread that
+/// made it).
+fn tasks() -> Vec<u32> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|_| vec![std::process::id()])
+}
+
+/// The verbs objects of the threads `pids`, or `None` without a working `rdma` tool.
+fn verbs(pids: &[u32]) -> Option<Verbs> {
     let qp = rdma("qp")?;
     let cq = rdma("cq")?;
     let mr = rdma("mr")?;
-    let (qp, _) = pid_lines(&qp, pid, None);
-    let (cq, cqe) = pid_lines(&cq, pid, Some("cqe"));
-    let (mr, mr_bytes) = pid_lines(&mr, pid, Some("mrlen"));
+    let (qp, _) = pid_lines(&qp, pids, None);
+    let (cq, cqe) = pid_lines(&cq, pids, Some("cqe"));
+    let (mr, mr_bytes) = pid_lines(&mr, pids, Some("mrlen"));
     Some(Verbs {
         qp,
         cq,
@@ -95,14 +102,16 @@ fn verbs(pid: u32) -> Option<Verbs> {
     })
 }
 
-/// The lines of `rdma resource show` text that belong to `pid` (`... pid <n> ...`), and the sum
-/// of the number after `field` on them.
-pub(crate) fn pid_lines(text: &str, pid: u32, field: Option<&str>) -> (u64, u64) {
-    let want = pid.to_string();
+/// The lines of `rdma resource show` text that belong to one of `pids` (`... pid <n> ...`), and
+/// the sum of the number after `field` on them.
+pub(crate) fn pid_lines(text: &str, pids: &[u32], field: Option<&str>) -> (u64, u64) {
     let (mut n, mut sum) = (0, 0);
     for l in text.lines() {
         let toks: Vec<&str> = l.split_whitespace().collect();
-        if !toks.windows(2).any(|w| w[0] == "pid" && w[1] == want) {
+        let mine = toks
+            .windows(2)
+            .any(|w| w[0] == "pid" && w[1].parse().is_ok_and(|p: u32| pids.contains(&p)));
+        if !mine {
             continue;
         }
         n += 1;
@@ -179,9 +188,10 @@ dev rxe0 cqn 2 cqe 63 users 1 pid 4 comm b
 dev rxe0 cqn 3 cqe 127 users 1 pid 41 comm a
 dev rxe0 cqn 4 cqe 127 users 1 comm [ib_core]
 ";
-        assert_eq!(pid_lines(t, 41, Some("cqe")), (2, 382));
-        assert_eq!(pid_lines(t, 4, None), (1, 0));
-        assert_eq!(pid_lines(t, 7, Some("cqe")), (0, 0));
+        assert_eq!(pid_lines(t, &[41], Some("cqe")), (2, 382));
+        assert_eq!(pid_lines(t, &[4], None), (1, 0));
+        assert_eq!(pid_lines(t, &[4, 41], Some("cqe")), (3, 445));
+        assert_eq!(pid_lines(t, &[7], Some("cqe")), (0, 0));
     }
 
     #[test]
