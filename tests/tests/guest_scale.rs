@@ -16,15 +16,15 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Verbs objects and descriptors one connection (both ends) holds with the default settings
-/// (one QP per connection): the sender's data QP and CQ, the receiver's data QP, flush QP and
-/// CQ; the sender's FIFO and sizes staging MRs, the receiver's sizes FIFO, CTS staging and
-/// flush landing MRs; one TCP socket per end.
+/// (one QP per connection, host memory): a data QP and a CQ at each end (no flush QP: nothing
+/// to flush without GPUDirect); the sender's clear-to-send FIFO and sizes staging MRs, the
+/// receiver's sizes FIFO and clear-to-send staging MRs; one TCP socket at each end.
 const PER_CONNECTION: (usize, VerbsCounts) = (
     2,
     VerbsCounts {
-        qp: 3,
+        qp: 2,
         cq: 2,
-        mr: 5,
+        mr: 4,
         pd: 0,
     },
 );
