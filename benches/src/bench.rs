@@ -400,6 +400,11 @@ pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
                 crate::comms::client(s, n, size, window, ctrl)?;
                 ctrl = s.post_cmd_recv()?;
             }
+            Cmd::Scale { n, threads, stream } => {
+                crate::scale::client(s, n, threads, stream)?;
+                ctrl = s.post_cmd_recv()?;
+            }
+            Cmd::Go => return Err(Error::new("unexpected Go outside a scale phase")),
             Cmd::Stop { .. } => return Err(Error::new("unexpected Stop outside a bw phase")),
             Cmd::Done => return Ok(()),
         }

@@ -14,6 +14,7 @@ mod plan;
 mod plugin;
 mod progress;
 mod report;
+mod scale;
 mod session;
 mod units;
 
@@ -37,7 +38,8 @@ const USAGE: &str = "\
 ferro-bench: micro-benchmark of an ncclNet v8 plugin between two processes
 
 usage:
-  ferro-bench [run] bw|lat|rate|comms [opts]   both sides: this process serves and measures,
+  ferro-bench [run] bw|lat|rate|comms|scale [opts]
+                                            both sides: this process serves and measures,
                                             a child process of itself is the client
   ferro-bench server MODE [options]          listen, print the 128-byte handle (hex) as the
                                             first line of stdout, measure, print the table
@@ -54,6 +56,20 @@ modes:
   rate  message rate of small messages (default sizes 8..4096, window 32)
   comms --comms N comms (default 16) driven round-robin by one thread on each side, as one
         NCCL proxy thread drives many channels; aggregate message rate (default size 8)
+  scale for each N, N comms each way opened with --connect-threads threads at once, then
+        driven round-robin by one thread per side: connect/accept times, memory (RSS,
+        VmLck, VmPin), fds and verbs objects (rdma resource show) per comm, the cost of test
+        on idle comms and of a sweep over all N, 8-byte and large messages streamed over all
+        N both ways (verified), teardown; both sides' figures on the server
+
+scale options (server / run):
+  --comms a,b,c      N values (default 16,256,1024,4096)
+  --connect-threads T   threads opening comms at once, per process (default 4)
+  --small-per-comm K 8-byte messages per comm and direction (default 4)
+  --big-size SIZE    large message size (default 1M); --big-per-comm K (default 1)
+  --window N         messages in flight per comm (default 2)
+  --verbs 0|1        count verbs objects with `rdma resource show` (default 1)
+  --svg FILE         plot of the cost per comm against N
 
 options (both sides):
   --plugin PATH      plugin .so (default: $FERRO_PLUGIN_SO, else libnccl_net_ferro.so next to
@@ -107,6 +123,8 @@ struct BenchOpts {
     label: String,
     comms: usize,
     post_ahead: u64,
+    /// The scale mode and its options (it has its own measurement loop and output).
+    scale: Option<Box<scale::Opts>>,
 }
 
 #[derive(Debug)]
@@ -147,17 +165,26 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
     };
     let mut it = args.into_iter().peekable();
     let first = it.next().unwrap_or_default();
+    let mut is_scale = false;
     let (kind, mode) = match first.as_str() {
         "" | "-h" | "--help" | "help" => return Ok((Action::Help, common)),
         "report" => return Ok((Action::Report(it.collect()), common)),
         "run" | "server" => {
             let m = it.next().unwrap_or_default();
-            let mode = parse_mode(&m).ok_or_else(|| {
-                Error::new(format!("{first}: expected bw, lat or rate, got {m:?}"))
+            is_scale = m == "scale";
+            let mode = parse_mode(&m).or(is_scale.then_some(Mode::Bw));
+            let mode = mode.ok_or_else(|| {
+                Error::new(format!(
+                    "{first}: expected bw, lat, rate, comms or scale, got {m:?}"
+                ))
             })?;
             (first.clone(), Some(mode))
         }
         "client" | "devices" => (first.clone(), None),
+        "scale" => {
+            is_scale = true;
+            ("run".to_string(), Some(Mode::Bw))
+        }
         m => match parse_mode(m) {
             Some(mode) => ("run".to_string(), Some(mode)),
             None => return Err(Error::new(format!("unknown command {m:?} (see --help)"))),
@@ -177,6 +204,7 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
         label: String::new(),
         comms: 16,
         post_ahead: plan::LAT_DEPTH,
+        scale: is_scale.then(Box::default),
     };
     let mut handle = None;
     let server_side = kind == "run" || kind == "server";
@@ -206,6 +234,13 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
                 Err(Error::new(format!("{o} is a server option")))
             }
         };
+        if let Some(sc) = opts.scale.as_mut() {
+            if scale::Opts::knows(&opt) {
+                bench_only(&opt)?;
+                sc.set(&opt, &val)?;
+                continue;
+            }
+        }
         match opt.as_str() {
             "-h" | "--help" => return Ok((Action::Help, common)),
             "--plugin" => common.plugin = Some(PathBuf::from(val)),
@@ -562,6 +597,9 @@ fn serve_inner(
         "connected both ways on {dev_name} in {:.2} s (QPs/connection {qps}, split {split})",
         s.setup_s
     ));
+    if let Some(sc) = &o.scale {
+        return serve_scale(net, &dev_name, qps, o, sc, s);
+    }
     let plan = Plan {
         mode: o.mode,
         sizes: sizes.to_vec(),
@@ -597,6 +635,40 @@ fn serve_inner(
     if let Some(p) = &o.csv {
         report::write_file(p, &report::to_csv(&meta, &rows))?;
         progress(&format!("wrote {}", p.display()));
+    }
+    Ok(())
+}
+
+/// The scale mode on the server: runs every N, prints the table, writes the files.
+fn serve_scale(
+    net: &Net,
+    dev: &str,
+    qps: u32,
+    o: &BenchOpts,
+    sc: &scale::Opts,
+    mut s: session::Session<'_>,
+) -> Result<()> {
+    let rows = scale::server(&mut s, sc)?;
+    s.close()?;
+    let meta = scale::Meta {
+        plugin_path: net.path().display().to_string(),
+        plugin_name: plugin::name(net),
+        dev: dev.to_string(),
+        qps,
+        label: o.label.clone(),
+    };
+    print!("{}", scale::table(&meta, &rows));
+    std::io::stdout().flush().ctx("writing the table")?;
+    let files = [
+        (&o.json, scale::to_json(&meta, &rows)),
+        (&o.csv, scale::to_csv(&meta, &rows)),
+        (&sc.svg, scale::svg(&meta, &rows)),
+    ];
+    for (path, text) in files {
+        if let Some(p) = path {
+            report::write_file(p, &text)?;
+            progress(&format!("wrote {}", p.display()));
+        }
     }
     Ok(())
 }

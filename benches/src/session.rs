@@ -25,6 +25,9 @@ pub(crate) const TAG_CTRL: c_int = 0x0fe1;
 pub(crate) const TAG_DATA: c_int = 1;
 
 const CTRL_BYTES: usize = 64;
+/// Words of a report ([`Session::send_words`]): fits the 4 KiB control buffers.
+pub(crate) const WORDS: usize = 64;
+const WORDS_BYTES: usize = WORDS * 8;
 const CTRL_MAGIC: u32 = u32::from_le_bytes(*b"FBNC");
 /// The client's counter report after a bw phase (client → server).
 const REPORT_MAGIC: u32 = u32::from_le_bytes(*b"FBNR");
@@ -57,6 +60,11 @@ pub(crate) enum Cmd {
     /// Open `n` more comms (the first time), then send `size`-byte messages round-robin over
     /// them with up to `window` in flight on each, until [`Cmd::Stop`] (whose count is per comm).
     Comms { n: u64, size: u64, window: u64 },
+    /// One scale phase: `n` comms each way, opened with `threads` threads; `stream` packs the
+    /// streaming plan (see `scale::StreamPlan`).
+    Scale { n: u64, threads: u64, stream: u64 },
+    /// Scale phase: both sides measured their idle comms; start sending.
+    Go,
 }
 
 impl Cmd {
@@ -75,6 +83,8 @@ impl Cmd {
             Cmd::Lat { size, count, ahead } => (4, size, count, ahead),
             Cmd::Done => (5, 0, 0, 0),
             Cmd::Comms { n, size, window } => (6, n, size, window),
+            Cmd::Scale { n, threads, stream } => (7, n, threads, stream),
+            Cmd::Go => (8, 0, 0, 0),
         };
         let mut m = [0u8; CTRL_BYTES];
         m[0..4].copy_from_slice(&CTRL_MAGIC.to_le_bytes());
@@ -117,6 +127,12 @@ impl Cmd {
                 size: b,
                 window: c,
             },
+            7 => Cmd::Scale {
+                n: a,
+                threads: b,
+                stream: c,
+            },
+            8 => Cmd::Go,
             other => return Err(Error::new(format!("unknown control command {other}"))),
         })
     }
@@ -557,6 +573,52 @@ impl<'n> Session<'n> {
         Ok(())
     }
 
+    /// Sends [`WORDS`] little-endian words to the peer (a report larger than a command) and waits
+    /// until it is delivered.
+    pub(crate) fn send_words(&mut self, words: &[u64; WORDS]) -> Result<()> {
+        let mut m = Vec::with_capacity(WORDS_BYTES);
+        for w in words {
+            m.extend_from_slice(&w.to_le_bytes());
+        }
+        self.ctrl_send.buf.write_at0(&m)?;
+        let (net, send, cs) = (self.net, &self.send, &self.ctrl_send);
+        let what = || "sending a report".to_string();
+        let req = wait_for(&self.wait, &mut self.peer, &what, || {
+            // SAFETY: the report at the start of the registered control buffer, unchanged until
+            // the request completes (waited for below).
+            unsafe { cs.isend(net, send, 0, WORDS_BYTES, TAG_CTRL) }
+        })?;
+        wait_for(&self.wait, &mut self.peer, &what, || test(net, req))?;
+        Ok(())
+    }
+
+    /// Receives a report of [`WORDS`] words from the peer.
+    pub(crate) fn recv_words(&mut self) -> Result<[u64; WORDS]> {
+        let req = post_recv(
+            self.net,
+            &self.wait,
+            &mut self.peer,
+            &self.recv,
+            &self.ctrl_recv,
+            WORDS_BYTES,
+            TAG_CTRL,
+        )?;
+        let net = self.net;
+        let what = || "receiving the peer's report".to_string();
+        let n = wait_for(&self.wait, &mut self.peer, &what, || test(net, req))?;
+        if n != WORDS_BYTES {
+            return Err(Error::new(format!(
+                "the peer's report has {n} bytes, not {WORDS_BYTES}"
+            )));
+        }
+        let m = self.ctrl_recv.buf.read_at0(WORDS_BYTES)?;
+        let mut out = [0u64; WORDS];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = le_word(&m, 8 * i..8 * i + 8);
+        }
+        Ok(out)
+    }
+
     /// Receives the peer's counter deltas of a bw phase (server); `None` when the peer's plugin
     /// has no statistics.
     pub(crate) fn recv_report(&mut self) -> Result<Option<[u64; 6]>> {
@@ -732,6 +794,12 @@ mod tests {
                 ahead: 0,
             },
             Cmd::Done,
+            Cmd::Scale {
+                n: 4096,
+                threads: 4,
+                stream: 0x0102_0304,
+            },
+            Cmd::Go,
         ] {
             assert_eq!(Cmd::decode(&c.encode()).unwrap(), c);
         }

@@ -16,7 +16,7 @@
 
 mod data;
 mod summary;
-mod svg;
+pub(crate) mod svg;
 #[cfg(test)]
 mod tests;
 

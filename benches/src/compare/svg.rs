@@ -156,7 +156,7 @@ pub(super) fn svg(d: &Data) -> String {
     o
 }
 
-pub(super) fn format_pow10(e: i64) -> String {
+pub(crate) fn format_pow10(e: i64) -> String {
     if (-3..=3).contains(&e) {
         let v = 10f64.powi(e as i32);
         format!("{v}")
@@ -165,7 +165,7 @@ pub(super) fn format_pow10(e: i64) -> String {
     }
 }
 
-pub(super) fn xml_escape(s: &str) -> String {
+pub(crate) fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -308,7 +308,12 @@ mod tests {
         let readme = include_str!("../../../docs/configuration.md");
         for v in NCCL_2_30 {
             let row = format!("| `{}` |", v.name);
-            assert_eq!(readme.matches(&row).count(), 1, "docs/configuration.md row for {}", v.name);
+            assert_eq!(
+                readme.matches(&row).count(),
+                1,
+                "docs/configuration.md row for {}",
+                v.name
+            );
         }
     }
 

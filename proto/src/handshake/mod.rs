@@ -31,6 +31,7 @@
 pub mod checks;
 mod error;
 pub mod strangers;
+pub mod sweep;
 #[cfg(test)]
 mod tests;
 

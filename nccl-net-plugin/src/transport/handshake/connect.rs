@@ -16,6 +16,7 @@ use ferro_proto::MAX_DEVS;
 use ferro_proto::comm::send::Oversize;
 use ferro_proto::fifo::{FIFO_BYTES, SIZES_BYTES};
 use ferro_proto::handle::{self, HANDLE_SIZE};
+use ferro_proto::handshake::sweep::SweepPacer;
 use ferro_proto::handshake::{self as hs, HANDSHAKE_TIMEOUT, Handshake};
 use ferro_proto::path::QpPath;
 use std::collections::HashMap;
@@ -103,8 +104,13 @@ fn start_connect(
 }
 
 /// Drops connects whose caller stopped calling (they made no progress for the handshake
-/// bound), so an abandoned connect does not keep its socket and QPs forever.
+/// bound), so an abandoned connect does not keep its socket and QPs forever; one call per
+/// [`SWEEP_INTERVAL`](ferro_proto::handshake::sweep::SWEEP_INTERVAL) does it, so that a `connect` call stays O(1) in the connects in progress.
 fn reap_abandoned_connects(now: Duration) {
+    static PACER: SweepPacer = SweepPacer::new();
+    if !PACER.due(now) {
+        return;
+    }
     connects().retain(|_, p| {
         p.hs.handle_timeout(now);
         if !p.timed_out() {
