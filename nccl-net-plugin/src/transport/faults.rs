@@ -16,6 +16,12 @@ pub fn fail_connect_changes(times: u32, errno: i32) {
     *CONNECT_CHANGES.lock().unwrap_or_else(|p| p.into_inner()) = (times, errno);
 }
 
+/// How many of the injected failures are still to come (tests use it to tell the calls made
+/// while a retry waits from those that set the connection up before the first failure).
+pub fn connect_failures_left() -> u32 {
+    CONNECT_CHANGES.lock().unwrap_or_else(|p| p.into_inner()).0
+}
+
 /// The injected failure of this change, if one is due.
 pub(in crate::transport) fn connect_change_failure(
     qp: &Qp,
