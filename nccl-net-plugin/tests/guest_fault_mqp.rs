@@ -225,3 +225,44 @@ fn spent_retries_fail_the_connection_with_a_warn_naming_the_qp_the_attempts_and_
     );
     assert!(!out.contains("retry 1/"), "an EINVAL was retried:\n{out}");
 }
+
+const RETRY_ALL_TEST: &str = "with_retry_all_a_failure_that_is_not_a_time_out_is_retried_too";
+
+#[test]
+fn with_retry_all_a_failure_that_is_not_a_time_out_is_retried_too() {
+    if std::env::var(CHILD_ROLE).as_deref() == Ok("retry-all") {
+        let (run, listen) = connect_with_failures(1, libc::EINVAL);
+        let (s, r) = run.result.expect("connected after the retry");
+        net().close_send(s).expect("closeSend");
+        net().close_recv(r).expect("closeRecv");
+        net().close_listen(listen).expect("closeListen");
+        println!("RETRIED-ALL-AND-CONNECTED");
+        return;
+    }
+    in_guest();
+    // The same injected EINVAL that `spent_retries_fail_...` sees fail at once without
+    // NCCL_IB_MQP_RETRY_ALL.
+    let out = child_passes(
+        RETRY_ALL_TEST,
+        "retry-all",
+        &[
+            ("NCCL_IB_MQP_RETRY_ALL", "1"),
+            ("NCCL_IB_MQP_RETRY_SLEEP_MSEC", "50"),
+        ],
+        "RETRIED-ALL-AND-CONNECTED",
+        "one EINVAL with NCCL_IB_MQP_RETRY_ALL=1",
+    );
+    assert!(
+        out.contains("retry 1/34 due in 50 ms"),
+        "the EINVAL was not retried:\n{out}"
+    );
+    assert!(
+        out.contains("succeeded at attempt 2"),
+        "no line says the second attempt succeeded:\n{out}"
+    );
+    assert!(
+        !out.lines()
+            .any(|l| l.contains("WARN") && l.contains("failed after")),
+        "the connection was given up:\n{out}"
+    );
+}

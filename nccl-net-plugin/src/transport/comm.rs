@@ -242,6 +242,28 @@ fn kernel_path(qp: &ferro_verbs::Qp) -> Result<QpPath> {
         .map_err(|e| Error::System(e.to_string()))
 }
 
+/// A QP's transport retry settings as the kernel reports them back: the ACK timeout exponent,
+/// the transport and RNR retry counts, and the P_Key index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpRetryAttrs {
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub pkey_index: u16,
+}
+
+fn retry_attrs(qp: &ferro_verbs::Qp) -> Result<QpRetryAttrs> {
+    use ferro_verbs::sys::{IBV_QP_PKEY_INDEX, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_TIMEOUT};
+    qp.query(IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_PKEY_INDEX)
+        .map(|a| QpRetryAttrs {
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            pkey_index: a.pkey_index,
+        })
+        .map_err(|e| Error::System(e.to_string()))
+}
+
 impl Comm {
     /// The (virtual) device this comm's QPs are on.
     pub fn device(&self) -> &'static crate::vnic::VDevice {
@@ -293,6 +315,14 @@ impl Comm {
             Side::Receiver { flush, .. } => flush.iter().map(|f| kernel_path(&f.qp)).collect(),
             Side::Sender { .. } => Ok(Vec::new()),
         }
+    }
+
+    /// The ACK timeout, retry counts and P_Key index of each of the comm's data QPs, as the
+    /// kernel reports them back (`ibv_query_qp`).
+    pub fn qp_retry_attrs(&self) -> Result<Vec<QpRetryAttrs>> {
+        (0..self.ep.nqps())
+            .map(|q| retry_attrs(self.ep.qp(q)))
+            .collect()
     }
 
     /// The access flags (`qp_access_flags`) of the comm's data QPs, as the kernel reports them

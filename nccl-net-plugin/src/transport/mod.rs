@@ -38,7 +38,7 @@ mod registration;
 mod send;
 
 pub use comm::ReqHandle;
-pub use comm::{Comm, CommPtr};
+pub use comm::{Comm, CommPtr, QpRetryAttrs};
 pub use ferro_proto::comm::recv::RecvBuf;
 pub use handles::{close, comm_ref, listen_ref, mr_ref, test_request};
 pub use handshake::{ListenComm, connect, listen};
