@@ -196,6 +196,15 @@ fn log_lines(what: &str) -> Vec<String> {
         .collect()
 }
 
+/// The time in recovery a recovered line reports (`..., 2710 ms in recovery)`).
+fn ms_in_recovery(line: &str) -> Option<u64> {
+    let end = line.rfind(" ms in recovery")?;
+    let start = line[..end]
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    line[start..end].parse().ok()
+}
+
 const STOPPED: &str = "to recover in place";
 const RECOVERED: &str = "recovered in place";
 
@@ -295,6 +304,25 @@ fn transient(ctx: &mut Ctx) -> HResult<String> {
         stopped >= 1 && recovered >= 1,
         "the link went down for {DOWN_FOR:?} under 32 MiB in flight, but this rank's plugin said {stopped} time(s) that it stopped and {recovered} that it recovered (expected both; it logged {events} port event line(s))"
     );
+    // NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY: no rebuild before the delay has passed
+    // since the stop, so every recovery this rank made took at least that long (the link is
+    // down for DOWN_FOR, shorter than the delay the test gives).
+    if let Some(delay) = std::env::var("NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        let took: Vec<u64> = log_lines(RECOVERED)
+            .iter()
+            .filter_map(|l| ms_in_recovery(l))
+            .collect();
+        ensure!(
+            !took.is_empty() && took.iter().all(|&ms| ms >= delay),
+            "NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY={delay}: every recovery must wait that long before rebuilding, but the recovered lines say {took:?} ms in recovery"
+        );
+        ctx.note(&format!(
+            "start delay {delay} ms: recoveries took {took:?} ms"
+        ));
+    }
     ctx.ctl.barrier("round0", BARRIER_TIMEOUT)?;
     // Round 1: a flap while idle, then 4 messages: no further recovery.
     if send.is_some() {
