@@ -130,18 +130,7 @@ fn timed_out_qp_changes_make_connect_and_accept_answer_not_yet_until_their_retri
             recv: r.as_ptr(),
             listen: listen.as_ptr(),
         };
-        let len = 64 << 10;
-        let mut sbuf = pattern(3, len);
-        let mut rbuf = vec![0u8; len];
-        let smh = reg_buf(p.send, &mut sbuf);
-        let rmh = reg_buf(p.recv, &mut rbuf);
-        transfer(
-            &p,
-            (sbuf.as_ptr(), smh, len),
-            (rbuf.as_mut_ptr(), rmh, len),
-            1,
-        );
-        assert!(rbuf == sbuf, "the received data differs");
+        let (smh, rmh) = one_message(&p, 3);
         release(&p, smh, rmh);
         println!("RETRIED-AND-CONNECTED");
         return;

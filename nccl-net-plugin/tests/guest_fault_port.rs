@@ -11,34 +11,12 @@
 
 use core::ffi::{c_int, c_void};
 use ferro_ffi::ncclResult_t;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 use common::*;
 
 // A port taken down under pending transfers, then brought back
-
-/// Brings dummy1 (rxe1's netdev) back up when dropped, whatever happened.
-struct LinkUp;
-
-impl Drop for LinkUp {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["link", "set", "dummy1", "up"])
-            .status();
-    }
-}
-
-fn ip_link(state: &str) {
-    // Keep the IPv6 address (and so rxe1's IPv6 GID) while the link is down.
-    let _ = std::fs::write("/proc/sys/net/ipv6/conf/dummy1/keep_addr_on_down", "1");
-    let s = Command::new("ip")
-        .args(["link", "set", "dummy1", state])
-        .status()
-        .unwrap();
-    assert!(s.success(), "ip link set dummy1 {state}");
-}
 
 fn port_state() -> String {
     std::fs::read_to_string("/sys/class/infiniband/rxe1/ports/1/state").unwrap_or_default()

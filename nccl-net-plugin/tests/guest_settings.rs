@@ -17,7 +17,6 @@ use ferro_nccl_standin::Net;
 use ferro_nccl_standin::table::Table;
 use nccl_net_ferro::ncclNetPlugin_v12;
 use nccl_net_ferro::transport::{QpRetryAttrs, comm_ref};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -81,24 +80,6 @@ fn device_names(n: &Net) -> Vec<String> {
                 .unwrap_or_default()
         })
         .collect()
-}
-
-/// Moves one 64 KiB message over `p` and checks its bytes.
-fn one_message(p: &Pair, seed: u32) -> (*mut core::ffi::c_void, *mut core::ffi::c_void) {
-    let len = 64 << 10;
-    let mut sbuf = pattern(seed, len);
-    let mut rbuf = vec![0u8; len];
-    let smh = reg_buf(p.send, &mut sbuf);
-    let rmh = reg_buf(p.recv, &mut rbuf);
-    let sizes = transfer(
-        p,
-        (sbuf.as_ptr(), smh, len),
-        (rbuf.as_mut_ptr(), rmh, len),
-        1,
-    );
-    assert_eq!(sizes, (len as c_int, len as c_int));
-    assert!(rbuf == sbuf, "the received data differs");
-    (smh, rmh)
 }
 
 // NCCL_IB_DISABLE
@@ -346,27 +327,6 @@ fn with_adaptive_routing_a_raised_threshold_sends_immediates_apart_only_above_it
 }
 
 // NCCL_IB_RESILIENCY_PORT_RECOVERY
-
-/// Brings dummy1 (rxe1's netdev) back up when dropped, whatever happened.
-struct LinkUp;
-
-impl Drop for LinkUp {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["link", "set", "dummy1", "up"])
-            .status();
-    }
-}
-
-fn ip_link(state: &str) {
-    // Keep the IPv6 address (and so rxe1's IPv6 GID) while the link is down.
-    let _ = std::fs::write("/proc/sys/net/ipv6/conf/dummy1/keep_addr_on_down", "1");
-    let s = Command::new("ip")
-        .args(["link", "set", "dummy1", state])
-        .status()
-        .unwrap();
-    assert!(s.success(), "ip link set dummy1 {state}");
-}
 
 fn rxe1_active() -> bool {
     std::fs::read_to_string("/sys/class/infiniband/rxe1/ports/1/state")

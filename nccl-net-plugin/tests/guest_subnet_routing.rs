@@ -42,18 +42,7 @@ fn a_connect_naming_a_device_off_the_listeners_subnet_uses_the_one_on_it() {
                 recv: r.as_ptr(),
                 listen: listen.as_ptr(),
             };
-            let len = 64 << 10;
-            let mut sbuf = pattern(5, len);
-            let mut rbuf = vec![0u8; len];
-            let smh = reg_buf(p.send, &mut sbuf);
-            let rmh = reg_buf(p.recv, &mut rbuf);
-            transfer(
-                &p,
-                (sbuf.as_ptr(), smh, len),
-                (rbuf.as_mut_ptr(), rmh, len),
-                1,
-            );
-            assert!(rbuf == sbuf, "the received data differs");
+            let (smh, rmh) = one_message(&p, 5);
             release(&p, smh, rmh);
             println!("ROUTED");
         }

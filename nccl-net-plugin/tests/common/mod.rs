@@ -195,6 +195,53 @@ pub fn transfer(
     (sent, sizes[0])
 }
 
+/// Moves one 64 KiB message over `p` (tag 1), checks its size on both sides and every byte,
+/// and returns the two registrations (for [`release`]).
+pub fn one_message(p: &Pair, seed: u32) -> (*mut c_void, *mut c_void) {
+    let len = 64 << 10;
+    let mut sbuf = pattern(seed, len);
+    let mut rbuf = vec![0u8; len];
+    let smh = reg_buf(p.send, &mut sbuf);
+    let rmh = reg_buf(p.recv, &mut rbuf);
+    let sizes = transfer(
+        p,
+        (sbuf.as_ptr(), smh, len),
+        (rbuf.as_mut_ptr(), rmh, len),
+        1,
+    );
+    assert_eq!(sizes, (len as c_int, len as c_int));
+    assert!(rbuf == sbuf, "the received data differs");
+    (smh, rmh)
+}
+
+/// The netdev of rxe1 in the test bed, which the port tests take down and bring back.
+pub const LINK: &str = "dummy1";
+
+/// Brings [`LINK`] back up when dropped, whatever the test did.
+pub struct LinkUp;
+
+impl Drop for LinkUp {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "set", LINK, "up"])
+            .status();
+    }
+}
+
+/// Sets [`LINK`] `up` or `down`, keeping its IPv6 address (and so rxe1's IPv6 GID) while it
+/// is down.
+pub fn ip_link(state: &str) {
+    let _ = std::fs::write(
+        format!("/proc/sys/net/ipv6/conf/{LINK}/keep_addr_on_down"),
+        "1",
+    );
+    let s = Command::new("ip")
+        .args(["link", "set", LINK, state])
+        .status()
+        .unwrap();
+    assert!(s.success(), "ip link set {LINK} {state}");
+}
+
 /// Closes the pair's comms.
 pub fn close(p: &Pair) {
     // SAFETY: comms of this pair, closed once.
