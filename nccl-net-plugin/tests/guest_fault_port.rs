@@ -18,10 +18,6 @@ use common::*;
 
 // A port taken down under pending transfers, then brought back
 
-fn port_state() -> String {
-    std::fs::read_to_string("/sys/class/infiniband/rxe1/ports/1/state").unwrap_or_default()
-}
-
 /// A pair on the test device with 1 MiB buffers registered on both sides and a receive for
 /// tag 1 posted (it waits for data: nothing is sent with that tag yet).
 struct PendingReceive {
@@ -67,36 +63,10 @@ fn port_down_child() {
     let (r, sreq) = try_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
     ok(r, "isend");
     assert!(sreq.is_null());
-    ip_link("down");
-    let down = Instant::now();
-    let (mut send_err, mut recv_err) = (None, None);
-    while send_err.is_none() || recv_err.is_none() {
-        assert!(
-            down.elapsed() < Duration::from_secs(10),
-            "both sides must fail within 10 s of the port going down (send {send_err:?}, receive {recv_err:?})"
-        );
-        if send_err.is_none() {
-            let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 2, smh);
-            assert!(req.is_null());
-            if r != ncclResult_t::Success {
-                send_err = Some(down.elapsed());
-            }
-        }
-        if recv_err.is_none() && try_test(rreq).0 != ncclResult_t::Success {
-            recv_err = Some(down.elapsed());
-        }
-    }
+    let (send_err, recv_err) = link_down_fails_both_sides(&p, sbuf.as_ptr(), 1 << 20, smh, rreq);
     println!("PORT-DOWN send failed after {send_err:?}, receive after {recv_err:?}");
     close(&p);
-    ip_link("up");
-    let up = Instant::now();
-    while !port_state().contains("ACTIVE") {
-        assert!(
-            up.elapsed() < Duration::from_secs(30),
-            "rxe1 port 1 did not come back"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    link_up_and_active();
     // A new comm pair moves 1 MiB, verified.
     let q = pair(dev);
     let smh = reg_buf(q.send, &mut sbuf);
@@ -160,7 +130,7 @@ fn port_flap_child() {
     } = pending_receive(3);
     ip_link("down");
     let down = Instant::now();
-    while !port_state().contains("DOWN") {
+    while !rxe1_port_state().contains("DOWN") {
         assert!(
             down.elapsed() < Duration::from_secs(10),
             "rxe1 port 1 did not go down"
@@ -184,15 +154,7 @@ fn port_flap_child() {
         );
         assert!(req.is_null(), "a send with tag 2 has no buffer");
     }
-    ip_link("up");
-    let up = Instant::now();
-    while !port_state().contains("ACTIVE") {
-        assert!(
-            up.elapsed() < Duration::from_secs(30),
-            "rxe1 port 1 did not come back"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    link_up_and_active();
     // The same comms finish the pending receive.
     let sreq = post_isend(p.send, sbuf.as_mut_ptr(), 1 << 20, 1, smh);
     let mut sizes = [0 as c_int; 8];

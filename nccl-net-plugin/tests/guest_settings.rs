@@ -12,12 +12,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use core::ffi::c_int;
-use ferro_ffi::ncclResult_t;
 use ferro_nccl_standin::Net;
 use ferro_nccl_standin::table::Table;
 use nccl_net_ferro::ncclNetPlugin_v12;
 use nccl_net_ferro::transport::{QpRetryAttrs, comm_ref};
-use std::time::{Duration, Instant};
 
 mod common;
 use common::*;
@@ -328,12 +326,6 @@ fn with_adaptive_routing_a_raised_threshold_sends_immediates_apart_only_above_it
 
 // NCCL_IB_RESILIENCY_PORT_RECOVERY
 
-fn rxe1_active() -> bool {
-    std::fs::read_to_string("/sys/class/infiniband/rxe1/ports/1/state")
-        .unwrap_or_default()
-        .contains("ACTIVE")
-}
-
 const RECOVERY_TEST: &str =
     "with_nccls_port_recovery_off_a_port_flap_fails_both_sides_of_a_waiting_comm";
 
@@ -353,38 +345,11 @@ fn with_nccls_port_recovery_off_a_port_flap_fails_both_sides_of_a_waiting_comm()
         let (r, sreq) = try_isend(p.send, sbuf.as_ptr(), len, 2, smh);
         ok(r, "isend");
         assert!(sreq.is_null());
-        ip_link("down");
-        let down = Instant::now();
-        let (mut send_err, mut recv_err) = (None, None);
-        while send_err.is_none() || recv_err.is_none() {
-            // With recovery on (30 s by default) nothing would fail while the port is down.
-            assert!(
-                down.elapsed() < Duration::from_secs(10),
-                "both sides must fail within 10 s (send {send_err:?}, receive {recv_err:?})"
-            );
-            if send_err.is_none() {
-                let (r, req) = try_isend(p.send, sbuf.as_ptr(), len, 2, smh);
-                assert!(req.is_null());
-                if r != ncclResult_t::Success {
-                    send_err = Some(down.elapsed());
-                }
-            }
-            if recv_err.is_none() && try_test(rreq).0 != ncclResult_t::Success {
-                recv_err = Some(down.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        // With recovery on (30 s by default) nothing would fail while the port is down.
+        let (send_err, recv_err) = link_down_fails_both_sides(&p, sbuf.as_ptr(), len, smh, rreq);
         println!("RECOVERY-OFF send failed after {send_err:?}, receive after {recv_err:?}");
         close(&p);
-        ip_link("up");
-        let up = Instant::now();
-        while !rxe1_active() {
-            assert!(
-                up.elapsed() < Duration::from_secs(30),
-                "rxe1 port 1 did not come back"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        link_up_and_active();
         println!("PORT-BACK");
         return;
     }

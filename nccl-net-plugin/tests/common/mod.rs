@@ -242,6 +242,56 @@ pub fn ip_link(state: &str) {
     assert!(s.success(), "ip link set {LINK} {state}");
 }
 
+/// rxe1's port 1 state as the kernel shows it (`4: ACTIVE`, `1: DOWN`, ...).
+pub fn rxe1_port_state() -> String {
+    std::fs::read_to_string("/sys/class/infiniband/rxe1/ports/1/state").unwrap_or_default()
+}
+
+/// Brings [`LINK`] up and waits (at most 30 s) until rxe1's port is ACTIVE again.
+pub fn link_up_and_active() {
+    ip_link("up");
+    let up = Instant::now();
+    while !rxe1_port_state().contains("ACTIVE") {
+        assert!(
+            up.elapsed() < Duration::from_secs(30),
+            "rxe1 port 1 did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Takes [`LINK`] down under a waiting receive `rreq` and a send of `len` bytes with tag 2
+/// (which waits for a buffer), and calls both until each has failed; both must within 10 s.
+/// Returns how long after the link went down each failed (send, receive).
+pub fn link_down_fails_both_sides(
+    p: &Pair,
+    sbuf: *const u8,
+    len: usize,
+    smh: *mut c_void,
+    rreq: *mut c_void,
+) -> (Duration, Duration) {
+    ip_link("down");
+    let down = Instant::now();
+    let (mut send_err, mut recv_err) = (None, None);
+    while send_err.is_none() || recv_err.is_none() {
+        assert!(
+            down.elapsed() < Duration::from_secs(10),
+            "both sides must fail within 10 s of the port going down (send {send_err:?}, receive {recv_err:?})"
+        );
+        if send_err.is_none() {
+            let (r, req) = try_isend(p.send, sbuf, len, 2, smh);
+            assert!(req.is_null());
+            if r != ncclResult_t::Success {
+                send_err = Some(down.elapsed());
+            }
+        }
+        if recv_err.is_none() && try_test(rreq).0 != ncclResult_t::Success {
+            recv_err = Some(down.elapsed());
+        }
+    }
+    (send_err.unwrap(), recv_err.unwrap())
+}
+
 /// Closes the pair's comms.
 pub fn close(p: &Pair) {
     // SAFETY: comms of this pair, closed once.
