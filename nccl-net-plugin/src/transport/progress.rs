@@ -75,10 +75,10 @@ macro_rules! core_ops {
 core_ops!(SendCore);
 core_ops!(RecvCore);
 
-/// The time since the plugin first looked at the clock: the watchdog's and recovery's time base.
 /// Completions taken from a CQ per `ibv_poll_cq` call (the loop polls again while they fill it).
 const WCS_PER_POLL: usize = 16;
 
+/// The time since the plugin first looked at the clock: the watchdog's and recovery's time base.
 pub(super) fn now() -> Duration {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed()

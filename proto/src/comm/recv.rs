@@ -423,7 +423,6 @@ impl RecvCore {
         }
     }
 
-    /// `test`: the request's result when it is done (the request is then freed).
     /// Whether request `req` is in flight and not done yet (`take_done` would answer `None`):
     /// the cheap question a waiting `test` asks before and after its poll.
     pub fn is_pending(&self, req: u32) -> bool {
@@ -434,6 +433,7 @@ impl RecvCore {
         }
     }
 
+    /// `test`: the request's result when it is done (the request is then freed).
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
         // Matched in place: a request still pending (the common answer while waiting) is not
         // copied out of the table.

@@ -67,15 +67,18 @@ impl Room {
             .find(|&q| self.held[q] > 0 && self.held[q] + self.need[q] > self.cap)
     }
 
-    /// Group `seq` is posted: its work requests are held.
-    pub fn take(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
+    /// Group `seq` is posted: its work requests are held (counting them; the send core takes
+    /// them with [`Room::take_counted`], right after [`Room::full_qp`] counted them, so this
+    /// is the reference its tests compare with).
+    #[cfg(test)]
+    fn take(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
         self.count(seq, items, layout);
         self.take_counted(seq, layout);
     }
 
-    /// [`Room::take`] of the group that the last [`Room::full_qp`] call counted (and found
-    /// fitting), without counting its writes again: the caller passes the same group, with the
-    /// same items, right after that call.
+    /// Group `seq` is posted: the work requests the last [`Room::full_qp`] call counted (and
+    /// found fitting) are held, without counting its writes again: the caller passes the same
+    /// group, with the same items, right after that call.
     pub fn take_counted(&mut self, seq: u64, layout: &QpLayout) {
         let n = self.held.len();
         for q in layout.group_qps(seq).filter(|&q| q < n) {
