@@ -70,6 +70,8 @@ scale options (server / run):
   --window N         messages in flight per comm (default 2)
   --verbs 0|1        count verbs objects with `rdma resource show` (default 1)
   --svg FILE         plot of the cost per comm against N
+  --count-sweeps K   after the timed sweeps, K more over the N idle receives for an
+                     instruction counter (benches/count_sweeps.sh runs it under callgrind)
 
 options (both sides):
   --plugin PATH      plugin .so (default: $FERRO_PLUGIN_SO, else libnccl_net_ferro.so next to

@@ -124,4 +124,4 @@ log "rdma link:"
 rdma link show | sed 's/^/[testbed]   /' >&2
 log "devices:"
 summary
-log "soft-RoCE ready in $((SECONDS - start))s (memlock: $(ulimit -l))"
+log "soft-RoCE ready in $((SECONDS - start))s (memlock: $(ulimit -l), open files: $(ulimit -S -n) soft, $(ulimit -H -n) hard)"

@@ -21,12 +21,13 @@ mod output;
 mod procfs;
 mod stream;
 
+use crate::counted::{self, callgrind};
 use crate::error::{Error, Result};
 use crate::model::percentile;
 use crate::progress::progress;
 use crate::session::{Cmd, Session, WORDS};
 use crate::units::{fmt_size, parse_size};
-use ferro_nccl_standin::net::ListenComm;
+use ferro_nccl_standin::net::{ListenComm, Request as Req};
 use ferro_nccl_standin::{Handle, NcclExt as _};
 use procfs::{Snapshot, Verbs};
 use std::path::PathBuf;
@@ -43,6 +44,9 @@ pub(crate) struct Opts {
     pub(crate) stream: StreamPlan,
     pub(crate) verbs: bool,
     pub(crate) svg: Option<PathBuf>,
+    /// Sweeps of `test` over the N idle receives, after the timed ones, in a function of their
+    /// own for an instruction counter (`count_sweeps.sh`); 0: none. Server side only.
+    pub(crate) count_sweeps: u32,
 }
 
 impl Default for Opts {
@@ -53,6 +57,7 @@ impl Default for Opts {
             stream: StreamPlan::default(),
             verbs: true,
             svg: None,
+            count_sweeps: 0,
         }
     }
 }
@@ -73,6 +78,7 @@ impl Opts {
                 | "--window"
                 | "--verbs"
                 | "--svg"
+                | "--count-sweeps"
         )
     }
 
@@ -125,6 +131,13 @@ impl Opts {
             }
             "--verbs" => self.verbs = num(val)? != 0,
             "--svg" => self.svg = Some(PathBuf::from(val)),
+            "--count-sweeps" => {
+                let k = num(val)?;
+                if k > 1 << 20 {
+                    return Err(Error::new("--count-sweeps must be 0..1048576"));
+                }
+                self.count_sweeps = k as u32;
+            }
             _ => return Err(Error::new(format!("{opt} is not a scale option"))),
         }
         Ok(())
@@ -316,8 +329,12 @@ fn median_p99(v: &[u64]) -> (u64, u64) {
 /// (the server sends its own first), and, between the idle measurement and the data, who waits
 /// for whom.
 enum Sync<'a> {
-    /// Server: wait for the client's report, then send `Go`.
-    Server(&'a mut Option<Side>),
+    /// Server: wait for the client's report, then send `Go`; before that, `count_sweeps`
+    /// counted sweeps over the idle receives (see [`Opts::count_sweeps`]).
+    Server {
+        client: &'a mut Option<Side>,
+        count_sweeps: u32,
+    },
     /// Client: report, then wait for `Go`.
     Client,
 }
@@ -390,7 +407,7 @@ fn phase(
         mine.push(h);
         listens.push(l);
     }
-    let peers = if matches!(sync, Sync::Server(_)) {
+    let peers = if matches!(sync, Sync::Server { .. }) {
         send_handles(s, &mine)?;
         recv_handles(s, threads)?
     } else {
@@ -451,7 +468,13 @@ fn phase_on(
         let ids = stream::post_ids(net, &pools, &w)?;
         (r.idle_test_ns, r.sweep_ns_per_comm) = stream::idle_costs(net, &ids)?;
         match sync {
-            Sync::Server(client) => {
+            Sync::Server {
+                client,
+                count_sweeps,
+            } => {
+                if count_sweeps > 0 {
+                    counted_sweeps(net, &ids, n, count_sweeps)?;
+                }
                 let words = s.recv_words()?;
                 *client = Some(Side::decode(&words));
                 s.send_cmd(Cmd::Go)?;
@@ -505,6 +528,28 @@ fn phase_on(
     Ok(r)
 }
 
+/// `sweeps` sweeps of `test` over the `n` idle receives `ids`, instrumented by callgrind (when
+/// the process runs under it with `--instr-atstart=no`) and collected inside
+/// [`counted::idle_sweeps`] only, then the counts dumped under a name that says `n` and
+/// `sweeps` (`count_sweeps.sh` divides by their product). The time is shown too (meaningless
+/// under valgrind).
+fn counted_sweeps(net: &ferro_nccl_standin::Net, ids: &[Req], n: usize, sweeps: u32) -> Result<()> {
+    callgrind::start_instrumentation();
+    let t = Instant::now();
+    let res = counted::idle_sweeps(net, ids, sweeps);
+    let ns = t.elapsed().as_nanos() as f64;
+    callgrind::stop_instrumentation();
+    callgrind::dump_stats_at(&format!(
+        "ferro-bench scale counted sweeps n={n} sweeps={sweeps}"
+    ));
+    res.map_err(|e| e.context(format!("{n} comms: the counted sweeps")))?;
+    progress(&format!(
+        "scale N = {n}: {sweeps} counted sweeps, {:.0} ns/comm",
+        ns / (f64::from(sweeps) * n as f64)
+    ));
+    Ok(())
+}
+
 /// Server: every N of the options; returns one row per N with both sides' figures.
 pub(crate) fn server(s: &mut Session<'_>, o: &Opts) -> Result<Vec<output::Row>> {
     let fd_limit = procfs::raise_fd_limit();
@@ -532,7 +577,10 @@ pub(crate) fn server(s: &mut Session<'_>, o: &Opts) -> Result<Vec<output::Row>> 
             o.threads,
             o.stream,
             o.verbs,
-            Sync::Server(&mut client),
+            Sync::Server {
+                client: &mut client,
+                count_sweeps: o.count_sweeps,
+            },
         )?;
         let words = s.recv_words()?;
         let client_side = Side::decode(&words);
@@ -631,6 +679,8 @@ mod tests {
         o.set("--comms", "16,256,1K").unwrap();
         assert_eq!(o.comms, vec![16, 256, 1024]);
         o.set("--connect-threads", "1").unwrap();
+        o.set("--count-sweeps", "256").unwrap();
+        assert_eq!(o.count_sweeps, 256);
         assert_eq!(o.threads, 1);
         o.set("--big-size", "64K").unwrap();
         assert_eq!(o.stream.big(), 65536);
