@@ -56,6 +56,7 @@ impl Cq {
 
     /// Polls up to `room.len()` completions into room that is not initialised first (no
     /// zeroing per poll on the data path); returns the completions polled.
+    #[inline]
     pub fn poll_into<'w>(
         &self,
         room: &'w mut [core::mem::MaybeUninit<ibv_wc>],

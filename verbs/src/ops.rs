@@ -64,6 +64,7 @@ pub unsafe fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr) -> Result<()> {
 ///
 /// # Safety
 /// `cq` is a live CQ.
+#[inline]
 pub unsafe fn poll_cq_uninit(
     cq: *mut ibv_cq,
     wc: &mut [core::mem::MaybeUninit<ibv_wc>],

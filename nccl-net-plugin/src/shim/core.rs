@@ -12,6 +12,7 @@ use crate::plugin::{self, DeviceProps};
 use crate::profiler::Phandles;
 use crate::transport;
 use core::ffi::{c_int, c_void};
+use core::mem::MaybeUninit;
 use ferro_ffi::{
     NCCL_NET_OPTIONAL_RECV_COMPLETION, ncclDebugLogger_t, ncclNetDeviceHandle_v7_t,
     ncclProfilerCallback_t,
@@ -306,20 +307,18 @@ pub(super) fn irecv<S: SizeArg>(
     if data.is_null() || sizes.is_null() || tags.is_null() || mhandles.is_null() {
         return Err(Error::Usage("irecv with a NULL array".into()));
     }
-    let mut bufs = [transport::RecvBuf {
-        addr: 0,
-        size: 0,
-        tag: 0,
-        rkeys: [0; ferro_proto::MAX_DEVS],
-    }; plugin::MAX_RECVS];
-    let mut ph = [core::ptr::null_mut(); plugin::MAX_RECVS];
-    for (i, buf) in bufs.iter_mut().enumerate().take(n) {
+    // Only the first n entries are written and read: no zeroing of the rest per call.
+    let mut bufs = [const { MaybeUninit::<transport::RecvBuf>::uninit() }; plugin::MAX_RECVS];
+    let mut ph = [const { MaybeUninit::<*mut c_void>::uninit() }; plugin::MAX_RECVS];
+    for (i, (buf, ph)) in bufs.iter_mut().zip(ph.iter_mut()).enumerate().take(n) {
         // SAFETY: NCCL passes arrays of n elements each (checked non-NULL above).
         let (d, s, t, m) = unsafe { (*data.add(i), *sizes.add(i), *tags.add(i), *mhandles.add(i)) };
-        if !phandles.is_null() {
+        ph.write(if phandles.is_null() {
+            core::ptr::null_mut()
+        } else {
             // SAFETY: a non-NULL phandles array has n elements, like the others.
-            ph[i] = unsafe { *phandles.add(i) };
-        }
+            unsafe { *phandles.add(i) }
+        });
         let s = request_bytes(c.device(), "irecv buffer", s)?;
         // SAFETY: NULL or an mhandle of ours (checked by its magic).
         let m = unsafe { transport::mr_ref(m) }?;
@@ -333,14 +332,22 @@ pub(super) fn irecv<S: SizeArg>(
                 )));
             }
         };
-        *buf = transport::RecvBuf {
+        buf.write(transport::RecvBuf {
             addr: d as u64,
             size: s,
             tag: t,
             rkeys,
-        };
+        });
     }
-    let r = c.irecv(&bufs[..n], Phandles::of(&ph[..n]))?;
+    // SAFETY: the loop above wrote the first n entries of both arrays (n <= MAX_RECVS; any
+    // early return left them unread); MaybeUninit<T> has T's layout.
+    let (bufs, ph) = unsafe {
+        (
+            core::slice::from_raw_parts(bufs.as_ptr().cast::<transport::RecvBuf>(), n),
+            core::slice::from_raw_parts(ph.as_ptr().cast::<*mut c_void>(), n),
+        )
+    };
+    let r = c.irecv(bufs, Phandles::of(ph))?;
     out(
         "request",
         request,
@@ -392,6 +399,7 @@ pub(super) fn iflush(
 
 /// `test`: `*done` and, when done, each buffer's size ([`reported_size`]: saturated at
 /// `INT_MAX`, as `sizes` is `int*` in every version).
+#[inline]
 pub(super) fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> Result<()> {
     if done.is_null() {
         return Err(Error::Usage("test with done NULL".into()));

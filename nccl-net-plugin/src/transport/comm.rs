@@ -403,6 +403,7 @@ impl Comm {
         (&self.handles[idx as usize] as *const ReqHandle).cast_mut()
     }
 
+    #[inline]
     pub(super) fn lock<'a, C>(&self, m: &'a Mutex<C>) -> Result<MutexGuard<'a, C>> {
         m.lock()
             .map_err(|_| Error::Internal("comm unusable after an earlier internal error".into()))

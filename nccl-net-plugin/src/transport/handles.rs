@@ -58,6 +58,7 @@ pub unsafe fn mr_ref<'a>(p: *mut core::ffi::c_void) -> Result<Option<&'a MrHandl
 ///
 /// # Safety
 /// `p` must be a request pointer this plugin returned whose comm is still open.
+#[inline]
 pub unsafe fn test_request(p: *mut core::ffi::c_void) -> Result<Option<Done>> {
     // SAFETY: forwarded contract.
     if unsafe { magic_of(p) } != Some(ObjectKind::Request.magic()) {

@@ -221,10 +221,11 @@ impl Comm {
     /// waits, and so does one whose look brought recovery messages from the peer.
     /// Returns whether it did anything (drove a recovery or looked): when not, the comm's
     /// requests and health are as the caller left them.
+    #[inline]
     pub(super) fn on_wait<C: CoreOps>(
         &self,
         core: &mut C,
-        mut on_wc: impl FnMut(&mut C, &ibv_wc),
+        on_wc: impl FnMut(&mut C, &ibv_wc),
     ) -> bool {
         let r = core.recovery();
         let recovering = r.is_stopped() || r.is_wanted();
@@ -234,6 +235,14 @@ impl Comm {
         if !core.health_mut().look_due() {
             return recovering;
         }
+        self.look(core, on_wc);
+        true
+    }
+
+    /// The periodic look itself ([`Comm::on_wait`], every `LIVENESS_EVERY` waiting calls): kept
+    /// out of line, so the waiting calls in between carry only the counter.
+    #[inline(never)]
+    fn look<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
         super::cts::flush_others(self);
         // The events are read (and each logged) whatever the policy then makes of them.
         let look = Look {
@@ -250,7 +259,6 @@ impl Comm {
         if core.health().failure().is_none() && (news || core.recovery().is_wanted()) {
             C::drive_recovery(self, core);
         }
-        true
     }
 
     /// A post or poll that libibverbs refused (`what`: its error): the fault policy's verdict
@@ -332,6 +340,7 @@ impl Comm {
     }
 
     /// `test`: `Some` when the request is done (it is then freed).
+    #[inline]
     pub(super) fn test(&self, idx: u32) -> Result<Option<Done>> {
         match &self.side {
             Side::Sender { core, .. } => {

@@ -96,6 +96,7 @@ impl From<Failure> for CoreError {
 /// afterwards (a failure found by a periodic look polls once more first, so work that
 /// completed before the fault still counts); only a request still pending gets the comm's
 /// failure; otherwise it is not done yet.
+#[inline]
 pub fn test_outcome(taken: Option<Done>, health: &CommHealth) -> Result<Option<Done>, CoreError> {
     match taken {
         Some(d) => Ok(Some(d)),

@@ -282,18 +282,21 @@ impl RecvCore {
 
     /// Clear-to-send entries the sender holds and has not used yet: groups whose entries were
     /// written and that have not finished (a finished group consumed its entries).
+    #[inline]
     pub fn supply(&self) -> u64 {
         let finished = self.seq - self.posted as u64;
         self.cts_next.saturating_sub(finished)
     }
 
     /// Groups whose entries are staged but not yet written.
+    #[inline]
     pub fn staged(&self) -> u64 {
         self.seq - self.cts_next
     }
 
     /// The write the transport should post now on any call on the comm other than a
     /// successful `irecv`: the staged groups, once there are as many as the sender still holds.
+    #[inline]
     pub fn cts_due(&mut self) -> Option<CtsWrite> {
         if self.staged() > 0 && self.staged() >= self.supply() {
             self.take_cts()
@@ -425,6 +428,7 @@ impl RecvCore {
 
     /// Whether request `req` is in flight and not done yet (`take_done` would answer `None`):
     /// the cheap question a waiting `test` asks before and after its poll.
+    #[inline]
     pub fn is_pending(&self, req: u32) -> bool {
         match self.reqs.get(req) {
             Some(RecvReq::Recv { done, .. }) => done.is_none(),
@@ -434,6 +438,7 @@ impl RecvCore {
     }
 
     /// `test`: the request's result when it is done (the request is then freed).
+    #[inline]
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
         // Matched in place: a request still pending (the common answer while waiting) is not
         // copied out of the table.
@@ -451,6 +456,7 @@ impl RecvCore {
     /// `test` of request `req` after the last poll ([`super::test_outcome`]): done (and freed)
     /// if its completion was polled, even once the comm failed; else the comm's failure, if
     /// any; else not done yet.
+    #[inline]
     pub fn test(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
         let taken = self.take_done(req)?;
         super::test_outcome(taken, &self.health)

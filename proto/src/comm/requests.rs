@@ -31,6 +31,7 @@ impl<S> RequestTable<S> {
     }
 
     /// Requests in flight (allocated and not yet reported done).
+    #[inline]
     pub fn in_flight(&self) -> usize {
         self.slots.len() - self.free.len()
     }
@@ -44,20 +45,24 @@ impl<S> RequestTable<S> {
         Ok(idx)
     }
 
+    #[inline]
     pub fn get(&self, idx: u32) -> Option<&S> {
         self.slots.get(idx as usize).and_then(Option::as_ref)
     }
 
+    #[inline]
     pub fn get_mut(&mut self, idx: u32) -> Option<&mut S> {
         self.slots.get_mut(idx as usize).and_then(Option::as_mut)
     }
 
     /// The state of a request that must be in flight (`test` on anything else is a usage error).
+    #[inline]
     pub fn in_flight_mut(&mut self, idx: u32) -> Result<&mut S, CoreError> {
         self.get_mut(idx).ok_or(CoreError::NotInFlight { idx })
     }
 
     /// Frees a slot; the state it held is returned.
+    #[inline]
     pub fn release(&mut self, idx: u32) -> Option<S> {
         let s = self.slots.get_mut(idx as usize)?.take()?;
         self.free.push(idx);

@@ -422,11 +422,13 @@ impl SendCore {
 
     /// Whether request `req` is in flight and not done yet (`take_done` would answer `None`):
     /// the cheap question a waiting `test` asks before and after its poll.
+    #[inline]
     pub fn is_pending(&self, req: u32) -> bool {
         self.reqs.get(req).is_some_and(|s| !s.done)
     }
 
     /// `test`: the request's result when it is done (the request is then freed).
+    #[inline]
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
         let s = *self.reqs.in_flight_mut(req)?;
         if !s.done {
@@ -439,6 +441,7 @@ impl SendCore {
     /// `test` of request `req` after the last poll ([`super::test_outcome`]): done (and freed)
     /// if its completion was polled, even once the comm failed; else the comm's failure, if
     /// any; else not done yet.
+    #[inline]
     pub fn test(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
         let taken = self.take_done(req)?;
         super::test_outcome(taken, &self.health)

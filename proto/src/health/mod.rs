@@ -38,10 +38,12 @@ impl Sticky {
         self.0.get_or_insert(f)
     }
 
+    #[inline]
     pub fn get(&self) -> Option<&Failure> {
         self.0.as_ref()
     }
 
+    #[inline]
     pub fn is_failed(&self) -> bool {
         self.0.is_some()
     }
@@ -68,6 +70,7 @@ pub struct LivenessCounter(u32);
 
 impl LivenessCounter {
     /// Call once per waiting call; `true` every [`LIVENESS_EVERY`] calls.
+    #[inline]
     pub fn tick(&mut self) -> bool {
         self.0 += 1;
         if self.0 < LIVENESS_EVERY {
@@ -115,11 +118,13 @@ impl CommHealth {
         self.error.set(f)
     }
 
+    #[inline]
     pub fn failure(&self) -> Option<&Failure> {
         self.error.get()
     }
 
     /// `Err` with the failure in force, if any.
+    #[inline]
     pub fn check(&self) -> Result<(), Failure> {
         self.error.check()
     }
@@ -127,6 +132,7 @@ impl CommHealth {
     /// Counts a call that waits (an unfinished `test`, a retried call); `true` when the comm
     /// should look at the peer, the device and the clock: every [`LIVENESS_EVERY`] such calls,
     /// and never once the comm failed (its failure is final, and no longer counted).
+    #[inline]
     pub fn look_due(&mut self) -> bool {
         !self.error.is_failed() && self.liveness.tick()
     }

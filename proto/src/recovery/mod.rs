@@ -145,12 +145,14 @@ impl Recovery {
 
     /// Whether the comm is stopped: no work is posted and no completion counts until it
     /// resumes.
+    #[inline]
     pub fn is_stopped(&self) -> bool {
         self.stopped
     }
 
     /// Whether a completion of work posted in epoch `wr_epoch` (modulo 256, from its `wr_id`)
     /// counts: the comm runs and the work is of its current epoch.
+    #[inline]
     pub fn counts(&self, wr_epoch: u8) -> bool {
         !self.stopped && wr_epoch == self.epoch as u8
     }
@@ -210,6 +212,7 @@ impl Recovery {
     }
 
     /// Whether a recovery is wanted and not yet begun.
+    #[inline]
     pub fn is_wanted(&self) -> bool {
         self.wanted.is_some()
     }

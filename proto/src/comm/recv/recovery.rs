@@ -52,6 +52,7 @@ pub struct RecvResume {
 impl Recovering for RecvCore {
     const SIDE: &'static str = "receive";
 
+    #[inline]
     fn recovery(&self) -> &Recovery {
         &self.recovery
     }

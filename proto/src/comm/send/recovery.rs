@@ -19,6 +19,7 @@ fn mask_of(qps: std::ops::Range<usize>) -> u128 {
 impl Recovering for SendCore {
     const SIDE: &'static str = "send";
 
+    #[inline]
     fn recovery(&self) -> &Recovery {
         &self.recovery
     }
