@@ -36,6 +36,12 @@ pub(crate) struct Opened {
     pub(crate) accept_ns: Vec<u64>,
     /// From the start until every connect and accept of this process returned its comm.
     pub(crate) wall_ns: u64,
+    /// `connect` calls made, all threads together (the calls that returned a comm included).
+    pub(crate) connect_calls: u64,
+    /// `accept` calls made, all threads together.
+    pub(crate) accept_calls: u64,
+    /// CPU time the process used (all threads) while opening: user, system.
+    pub(crate) cpu_ns: (u64, u64),
 }
 
 /// Thread `t`'s share of `n` items split over `threads`: the indices `t, t + threads, ...`.
@@ -43,7 +49,25 @@ pub(crate) fn share(n: usize, threads: usize, t: usize) -> impl Iterator<Item = 
     (t..n).step_by(threads.max(1))
 }
 
-type ThreadOut = (Vec<(Moved<SendComm>, u64)>, Vec<(Moved<RecvComm>, u64)>);
+/// What one thread opened: its send comms and receive comms with their times, and its calls.
+struct ThreadOut {
+    sends: Vec<(Moved<SendComm>, u64)>,
+    recvs: Vec<(Moved<RecvComm>, u64)>,
+    connect_calls: u64,
+    accept_calls: u64,
+}
+
+/// The CPU time this process has used so far (all its threads): user and system, in ns.
+fn process_cpu_ns() -> (u64, u64) {
+    // SAFETY: an all-zero rusage is a valid value for the call to overwrite.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid rusage for the call to fill.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0, 0);
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    (ns(ru.ru_utime), ns(ru.ru_stime))
+}
 
 /// Opens `n` comms each way with one thread per listen comm: thread `t` connects its share
 /// ([`share`]) to `peers[t]` and accepts as many on `listens[t]`, where the peer's thread `t`
@@ -72,6 +96,7 @@ pub(crate) fn open<M>(
     let shared: Vec<SharedListen<'_>> = listens.iter().map(SharedListen).collect();
     let gate = std::sync::RwLock::new(());
     let start = Instant::now();
+    let cpu_start = process_cpu_ns();
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<ThreadOut>)>();
     let (outs, wall_ns, measured) = std::thread::scope(|s| {
         let closed = gate.write().unwrap_or_else(|p| p.into_inner());
@@ -93,23 +118,31 @@ pub(crate) fn open<M>(
             outs[t] = Some(r);
         }
         let wall_ns = start.elapsed().as_nanos() as u64;
+        let cpu_end = process_cpu_ns();
+        let cpu_ns = (
+            cpu_end.0.saturating_sub(cpu_start.0),
+            cpu_end.1.saturating_sub(cpu_start.1),
+        );
         let measured = measure();
         drop(closed);
-        (outs, wall_ns, measured)
+        (outs, (wall_ns, cpu_ns), measured)
     });
     let mut o = Opened {
-        wall_ns,
+        wall_ns: wall_ns.0,
+        cpu_ns: wall_ns.1,
         ..Default::default()
     };
     let mut first_err = None;
     for (t, r) in outs.into_iter().enumerate() {
         match r.unwrap_or_else(|| Err(Error::new(format!("connect thread {t} panicked")))) {
-            Ok((ss, rs)) => {
-                for (c, ns) in ss {
+            Ok(out) => {
+                o.connect_calls += out.connect_calls;
+                o.accept_calls += out.accept_calls;
+                for (c, ns) in out.sends {
                     o.sends.push(c.0);
                     o.connect_ns.push(ns);
                 }
-                for (c, ns) in rs {
+                for (c, ns) in out.recvs {
                     o.recvs.push(c.0);
                     o.accept_ns.push(ns);
                 }
@@ -158,12 +191,14 @@ fn drive(
     let mut accept_since = Instant::now();
     let mut last_progress = Instant::now();
     let mut idle: u32 = 0;
+    let (mut connect_calls, mut accept_calls) = (0u64, 0u64);
     loop {
         let mut progressed = false;
         if cur.is_none() && sends.len() < connects {
             cur = Some((*peer, Instant::now()));
         }
         if let Some((h, t0)) = cur.as_mut() {
+            connect_calls += 1;
             if let Some(c) = net.connect(dev, h).call("connect")? {
                 sends.push((Moved(c), t0.elapsed().as_nanos() as u64));
                 cur = None;
@@ -171,6 +206,7 @@ fn drive(
             }
         }
         if recvs.len() < connects {
+            accept_calls += 1;
             if let Some(c) = net.accept(listen).call("accept")? {
                 recvs.push((Moved(c), accept_since.elapsed().as_nanos() as u64));
                 accept_since = Instant::now();
@@ -178,7 +214,12 @@ fn drive(
             }
         }
         if cur.is_none() && sends.len() == connects && recvs.len() == connects {
-            return Ok((sends, recvs));
+            return Ok(ThreadOut {
+                sends,
+                recvs,
+                connect_calls,
+                accept_calls,
+            });
         }
         if progressed {
             idle = 0;

@@ -456,10 +456,14 @@ fn phase_on(
     r.open_wall_ns = opened.wall_ns;
     r.connected = connected;
     progress(&format!(
-        "{who}: {n} comms each way open in {:.2} s with {threads} thread(s) (connect median {:.1} ms, p99 {:.1} ms)",
+        "{who}: {n} comms each way open in {:.2} s with {threads} thread(s) (connect median {:.1} ms, p99 {:.1} ms; per comm: {:.1} connect calls, {:.1} accept calls, {:.2} ms user + {:.2} ms system CPU)",
         opened.wall_ns as f64 * 1e-9,
         r.connect_median_ns as f64 * 1e-6,
-        r.connect_p99_ns as f64 * 1e-6
+        r.connect_p99_ns as f64 * 1e-6,
+        opened.connect_calls as f64 / n.max(1) as f64,
+        opened.accept_calls as f64 / n.max(1) as f64,
+        opened.cpu_ns.0 as f64 * 1e-6 / n.max(1) as f64,
+        opened.cpu_ns.1 as f64 * 1e-6 / n.max(1) as f64
     ));
     let pre = procfs::snapshot(verbs);
     let mut w = stream::wire(net, &pools, opened.sends, opened.recvs)?;

@@ -81,7 +81,7 @@ pub(super) struct QpConnect {
 
 impl Setup {
     /// Advances as far as the socket allows; `Some` when connected.
-    pub(super) fn drive(&mut self, now: Duration) -> Result<Option<Ready>> {
+    pub(super) fn drive(&mut self, now: Duration) -> Result<Option<Box<Ready>>> {
         loop {
             let mut moved = self.poll_tcp(now)?;
             moved |= self.write(now)?;
@@ -173,7 +173,7 @@ impl Setup {
     /// Does what the machine asks; whether it asked anything, and the comm's parts once
     /// connected. A failure is returned after the machine's last bytes (a `Reject`) were
     /// offered to the socket.
-    fn act(&mut self) -> Result<(bool, Option<Ready>)> {
+    fn act(&mut self) -> Result<(bool, Option<Box<Ready>>)> {
         let mut acted = false;
         while let Some(ev) = self.hs.poll_event() {
             acted = true;
@@ -378,25 +378,25 @@ impl Setup {
     }
 
     /// The comm's parts, with its protocol core.
-    fn ready(&mut self) -> Result<Ready> {
+    fn ready(&mut self) -> Result<Box<Ready>> {
         match std::mem::replace(&mut self.res, Resources::None) {
             Resources::Sender { ep, mem, oversize } => {
                 let mut core = SendCore::new(ep.layout());
                 configure_health(&mut core)?;
                 core.set_oversize(oversize);
                 core.set_plan(ep.max_write, mem.ar);
-                Ok(Ready {
+                Ok(Box::new(Ready {
                     ep,
                     side: Side::Sender {
                         mem,
                         core: Mutex::new(core),
                     },
-                })
+                }))
             }
             Resources::Receiver { ep, mem, flush } => {
                 let mut core = RecvCore::new(ep.layout());
                 configure_health(&mut core)?;
-                Ok(Ready {
+                Ok(Box::new(Ready {
                     ep,
                     side: Side::Receiver {
                         mem,
@@ -404,7 +404,7 @@ impl Setup {
                         flush,
                         flush_host: plugin::get()?.config.flush_host,
                     },
-                })
+                }))
             }
             Resources::None => Err(Error::Internal(
                 "handshake connected without resources".into(),
@@ -414,7 +414,7 @@ impl Setup {
 
     /// The comm of a finished handshake; its socket stays open as the liveness signal, with
     /// TCP keepalive on.
-    pub(super) fn into_comm(self, r: Ready) -> CommPtr {
+    pub(super) fn into_comm(self, r: Box<Ready>) -> CommPtr {
         let keepalive = socket2::TcpKeepalive::new()
             .with_time(KEEPALIVE_IDLE)
             .with_interval(KEEPALIVE_INTERVAL)
@@ -427,7 +427,8 @@ impl Setup {
                 self.peer
             );
         }
-        Comm::create(r.ep, r.side, self.sock, self.peer)
+        let Ready { ep, side } = *r;
+        Comm::create(ep, side, self.sock, self.peer)
     }
 
     pub(super) fn timed_out(&self) -> bool {
