@@ -168,6 +168,10 @@ impl Endpoint {
 
     /// The QP that carries QP `q`'s work now: its own, or its stand-in on another member.
     pub(super) fn qp(&self, q: usize) -> &Qp {
+        if self.local_down.load(Ordering::Relaxed) == 0 {
+            // No member of this side is down: every QP runs on its home member.
+            return &self.qps[q];
+        }
         let lay = self.layout();
         let m = lay.local_dev(q);
         if m != lay.home_local_dev(q) {
