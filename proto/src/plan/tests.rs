@@ -559,8 +559,15 @@ proptest::proptest! {
         (l, r) in (1usize..=3, 1usize..=3),
         (ldown, rdown) in (0u8..8, 0u8..8),
         ar_threshold in proptest::option::of(0u32..6000),
-        sizes in proptest::collection::vec(proptest::prop_oneof![0u32..6000, proptest::num::u32::ANY], 1..=2),
-        max_write in proptest::prop_oneof![1u32..6000, MIN_WRITE_LIMIT..=IB_MAX_MSG_BYTES],
+        // Small sizes in small pieces, or any size in pieces of 1 to 2 GiB (never billions of
+        // one-byte pieces).
+        (sizes, max_write) in proptest::prop_oneof![
+            (proptest::collection::vec(0u32..6000, 1..=2), 1u32..6000),
+            (
+                proptest::collection::vec(proptest::num::u32::ANY, 1..=2),
+                MIN_WRITE_LIMIT..=IB_MAX_MSG_BYTES
+            ),
+        ],
     ) {
         let items: Vec<SendItem> =
             sizes.iter().enumerate().map(|(i, &s)| item(i as u64, s)).collect();
