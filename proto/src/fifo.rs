@@ -20,13 +20,15 @@
 use crate::{Keys, MAX_DEVS, MAX_RECVS, SLOTS};
 
 pub const ENTRY_SIZE: usize = 64;
+/// An entry as little-endian `u64` words ([`CtsEntry::decode_words`]).
+pub const ENTRY_WORDS: usize = ENTRY_SIZE / 8;
 /// Bytes of the sender's FIFO.
 pub const FIFO_BYTES: usize = SLOTS * MAX_RECVS * ENTRY_SIZE;
 /// Bytes of the receiver's sizes FIFO (one `u32` per buffer of every slot).
 pub const SIZES_BYTES: usize = SLOTS * MAX_RECVS * 4;
 const RKEYS_AT: usize = 24;
 const CHECK_AT: usize = RKEYS_AT + 4 * MAX_DEVS;
-const _: () = assert!(CHECK_AT + 8 == ENTRY_SIZE);
+const _: () = assert!(CHECK_AT + 8 == ENTRY_SIZE && RKEYS_AT % 8 == 0 && MAX_DEVS % 2 == 0);
 
 /// One posted receive buffer, as the sender sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +48,7 @@ pub struct CtsEntry {
     pub idx: u16,
 }
 
+#[inline]
 fn mix(mut x: u64) -> u64 {
     x ^= x >> 30;
     x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -55,6 +58,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 impl CtsEntry {
+    #[inline]
     fn check(&self) -> u64 {
         let mut h = mix((self.seq & 0xffff_ffff) ^ 0x4645_5252_4f43_5453);
         h = mix(h ^ self.addr);
@@ -87,26 +91,31 @@ impl CtsEntry {
     /// The entry for group `group_seq` (0-based), or `None` when the bytes are not (yet) a
     /// complete entry for that group.
     pub fn decode(b: &[u8; ENTRY_SIZE], group_seq: u64) -> Option<CtsEntry> {
-        let u64_at = |i: usize| {
+        let words: [u64; ENTRY_WORDS] = core::array::from_fn(|i| {
             let mut a = [0u8; 8];
-            a.copy_from_slice(&b[i..i + 8]);
+            a.copy_from_slice(&b[8 * i..8 * i + 8]);
             u64::from_le_bytes(a)
-        };
-        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let seq = group_seq + 1;
-        if u32_at(0) != expected_seq_word(group_seq) {
+        });
+        CtsEntry::decode_words(&words, group_seq)
+    }
+
+    /// [`CtsEntry::decode`] of the entry's bytes read as [`ENTRY_WORDS`] little-endian `u64`
+    /// words (as whole loads from the FIFO: no byte shuffling on the data path).
+    #[inline]
+    pub fn decode_words(w: &[u64; ENTRY_WORDS], group_seq: u64) -> Option<CtsEntry> {
+        if w[0] as u32 != expected_seq_word(group_seq) {
             return None;
         }
         let e = CtsEntry {
-            seq,
-            size: u32_at(4),
-            addr: u64_at(8),
-            tag: u32_at(16) as i32,
-            nreqs: u16::from_le_bytes([b[20], b[21]]),
-            idx: u16::from_le_bytes([b[22], b[23]]),
-            rkeys: core::array::from_fn(|i| u32_at(RKEYS_AT + 4 * i)),
+            seq: group_seq + 1,
+            size: (w[0] >> 32) as u32,
+            addr: w[1],
+            tag: w[2] as u32 as i32,
+            nreqs: (w[2] >> 32) as u16,
+            idx: (w[2] >> 48) as u16,
+            rkeys: core::array::from_fn(|i| (w[RKEYS_AT / 8 + i / 2] >> (32 * (i % 2))) as u32),
         };
-        let valid = u64_at(CHECK_AT) == e.check()
+        let valid = w[CHECK_AT / 8] == e.check()
             && e.nreqs >= 1
             && usize::from(e.nreqs) <= MAX_RECVS
             && e.idx < e.nreqs;
@@ -118,22 +127,26 @@ impl CtsEntry {
 /// that finds another value there has no entry yet (or a stale one), whatever the rest holds,
 /// so it may look at this word alone before reading the whole entry ([`CtsEntry::decode`]
 /// checks it again).
+#[inline]
 pub fn expected_seq_word(group_seq: u64) -> u32 {
     (group_seq + 1) as u32
 }
 
 /// Byte offset of entry `i` of group `seq` in the sender's FIFO.
+#[inline]
 pub fn entry_offset(seq: u64, i: usize) -> usize {
     ((seq % SLOTS as u64) as usize * MAX_RECVS + i) * ENTRY_SIZE
 }
 
 /// Byte offset of group `seq`'s sizes in the receiver's sizes FIFO.
+#[inline]
 pub fn sizes_offset(seq: u64) -> usize {
     (seq % SLOTS as u64) as usize * MAX_RECVS * 4
 }
 
 /// The buffer a send with `tag` fills: the first entry not yet taken whose tag matches (tags
 /// may repeat inside a group), or `None` when every buffer with that tag is taken.
+#[inline]
 pub fn find_buffer(entries: &[CtsEntry], taken: &[bool], tag: i32) -> Option<usize> {
     entries
         .iter()

@@ -10,9 +10,10 @@ use crate::profiler::Phandles;
 use ferro_ffi::log_flags::NET;
 use ferro_proto::comm::send::{ReadyGroup, SendStep};
 use ferro_proto::comm::{CoreError, Failure};
-use ferro_proto::fifo::{self, CtsEntry, ENTRY_SIZE};
+use ferro_proto::fifo::{self, CtsEntry, ENTRY_WORDS};
 use ferro_proto::plan::{self, SizesSlot};
-use ferro_verbs::{RemoteAddr, SendChain, SendFlags, Sge};
+use ferro_verbs::wr::Store;
+use ferro_verbs::{Fixed, RemoteAddr, SendChain, SendFlags, Sge};
 use std::sync::atomic::{Ordering, fence};
 
 impl Comm {
@@ -47,7 +48,7 @@ impl Comm {
                 if mem.fifo.read_u32_le(off) != fifo::expected_seq_word(seq) {
                     return None;
                 }
-                let e = CtsEntry::decode(&mem.fifo.read::<ENTRY_SIZE>(off), seq);
+                let e = CtsEntry::decode_words(&mem.fifo.read_words::<ENTRY_WORDS>(off), seq);
                 // The entry's fields are used only after this point.
                 fence(Ordering::Acquire);
                 e
@@ -129,13 +130,24 @@ impl Comm {
         for (i, it) in group.items().iter().enumerate() {
             mem.sizes_stage.write(soff + 4 * i, &it.size.to_le_bytes());
         }
+        let layout = self.ep.layout();
+        if let Some(w) =
+            plan::lone_write(group.seq, group.items(), &layout, self.ep.max_write, mem.ar)
+        {
+            // The common group, one write: planned and chained on the stack, without the
+            // scratch buffers (nor their lock).
+            let mut chain = SendChain::<Fixed<1>>::fixed();
+            self.post_chain(&[w], group.wr_id(), inline_ok, &mut chain)?;
+            *posts += 1;
+            return Ok(());
+        }
         let slot = Comm::sizes_slot(mem, group.seq);
         let mut scratch = self.lock(&mem.scratch)?;
         let SendScratch { writes, chain } = &mut *scratch;
         plan::plan_group_into(
             group.seq,
             group.items(),
-            &self.ep.layout(),
+            &layout,
             slot,
             self.ep.max_write,
             mem.ar,
@@ -157,7 +169,10 @@ impl Comm {
         inline_ok: bool,
         chain: &mut SendChain,
     ) -> Result<u64> {
-        writes.sort_unstable_by_key(|w| (w.qp, w.imm.is_some()));
+        // A plan is usually in this order already (one QP, its immediate last): no sort then.
+        if !writes.is_sorted_by_key(|w| (w.qp, w.imm.is_some())) {
+            writes.sort_unstable_by_key(|w| (w.qp, w.imm.is_some()));
+        }
         let mut posts = 0;
         for run in writes.chunk_by(|a, b| a.qp == b.qp) {
             self.post_chain(run, wr_id, inline_ok, chain)?;
@@ -167,12 +182,12 @@ impl Comm {
     }
 
     /// Posts `run` (writes of one QP) as one chain.
-    fn post_chain(
+    fn post_chain<S: Store>(
         &self,
         run: &[plan::Write],
         wr_id: u64,
         inline_ok: bool,
-        chain: &mut SendChain,
+        chain: &mut SendChain<S>,
     ) -> Result<()> {
         let Some(qp) = run
             .first()

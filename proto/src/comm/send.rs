@@ -290,10 +290,12 @@ impl SendCore {
             remote_addr: g.entries[i].addr,
             rkeys: g.entries[i].rkeys,
         };
+        // Written in place once (the size already truncated to the buffer): a send that is
+        // retried below leaves its entry untaken, and the next one overwrites the item.
+        let g = &mut self.cur;
+        g.items[i] = item;
         if completes {
             // The last send of the group: it is taken only if the group's writes fit now.
-            let g = &mut self.cur;
-            g.items[i] = item;
             if let Some(qp) = self.room.full_qp(gseq, &g.items[..g.n], &self.layout) {
                 return Ok(self.retry(SendWait::QueueFull { seq: gseq, qp }));
             }
@@ -319,7 +321,6 @@ impl SendCore {
         self.last_wait = None;
         let g = &mut self.cur;
         g.taken[i] = true;
-        g.items[i] = SendItem { size, ..item };
         g.reqs[i] = req;
         if !g.taken[..g.n].iter().all(|t| *t) {
             return Ok(SendStep::Matched { req });

@@ -25,7 +25,11 @@ pub struct QpLayout {
 /// The member a QP whose home member is `home` runs on when the members in `down` are down:
 /// its home, else the next member up (in member order, wrapping); its home when every member is
 /// down.
+#[inline]
 fn member_up(home: usize, members: usize, down: u8) -> usize {
+    if down == 0 {
+        return home;
+    }
     (0..members)
         .map(|k| (home + k) % members)
         .find(|&m| m >= 8 || down & (1 << m) == 0)
@@ -57,6 +61,7 @@ impl QpLayout {
     }
 
     /// This side's member device that QP `q` belongs to when every member is up.
+    #[inline]
     pub fn home_local_dev(&self, q: usize) -> usize {
         q % self.local_devs.max(1)
     }
@@ -72,6 +77,7 @@ impl QpLayout {
     }
 
     /// QPs one message is spread over when not split: one per member of the larger side.
+    #[inline]
     pub fn data_qps(&self) -> usize {
         self.local_devs
             .max(self.remote_devs)
@@ -80,24 +86,42 @@ impl QpLayout {
 
     /// This side's member device that QP `q` runs on: its home member, or the next one up
     /// when that one is down.
+    #[inline]
     pub fn local_dev(&self, q: usize) -> usize {
         let n = self.local_devs.max(1);
+        if n == 1 {
+            return 0;
+        }
         member_up(q % n, n, self.local_down)
     }
 
     /// The peer's member device at the other end of QP `q` (its home, or the next one up there).
+    #[inline]
     pub fn remote_dev(&self, q: usize) -> usize {
         let n = self.remote_devs.max(1);
+        if n == 1 {
+            return 0;
+        }
         member_up(q % n, n, self.remote_down)
     }
 
     /// Which QPs group `seq` uses: every QP when split, else its window of [`Self::data_qps`].
+    #[inline]
     pub fn group_qps(&self, seq: u64) -> Range<usize> {
         let nqps = self.nqps.max(1);
         if self.split {
             return 0..nqps;
         }
         let width = self.data_qps();
+        if width == 1 {
+            // One QP per group (a physical device on both sides): QP `seq % nqps`.
+            return if nqps == 1 {
+                0..1
+            } else {
+                let q = (seq % nqps as u64) as usize;
+                q..q + 1
+            };
+        }
         let windows = (nqps / width).max(1) as u64;
         let start = (seq % windows) as usize * width;
         start..start + width

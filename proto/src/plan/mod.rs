@@ -70,11 +70,13 @@ pub fn write_limit(max_msg_sz: u32) -> u32 {
 
 /// Writes a chunk of `len` bytes takes when no write may carry more than `max_write` (at least
 /// one: an empty chunk is one empty write).
+#[inline]
 pub fn pieces(len: u32, max_write: u32) -> u32 {
     len.div_ceil(max_write.max(1)).max(1)
 }
 
 /// The chunks of a `size`-byte message over `nqps` QPs: `(qp, offset, len)`, one per QP.
+#[inline]
 pub fn split_chunks(size: u32, nqps: usize) -> impl Iterator<Item = (usize, u32, u32)> {
     let n = nqps.max(1) as u64;
     let size = u64::from(size);
@@ -154,6 +156,14 @@ pub fn writes_per_qp(
     let qps = layout.group_qps(seq);
     if let [one] = items {
         let apart = ar.applies_to(one.size);
+        if qps.len() == 1 {
+            // The common case, without the chunk iterator: the whole buffer on one QP.
+            f(
+                qps.start,
+                pieces(one.size, max_write) + u32::from(one.size > 0 && apart),
+            );
+            return;
+        }
         for (qp, _, len) in chunks_of(one, &qps) {
             f(qp, pieces(len, max_write) + u32::from(len > 0 && apart));
         }
@@ -237,6 +247,7 @@ impl AdaptiveRouting {
     }
 
     /// Whether a lone buffer of `size` bytes sends its immediates apart.
+    #[inline]
     pub fn applies_to(&self, size: u32) -> bool {
         self.above.is_some_and(|t| size > t)
     }
@@ -269,6 +280,37 @@ pub fn plan_group(
     w
 }
 
+/// The one write group `seq` needs, when that is all of its plan: a lone non-empty buffer on
+/// a lone QP, no longer than `max_write` and not under adaptive routing (its immediate rides
+/// with the data). `None` for any other group, which [`plan_group`] lays out. Built on the
+/// caller's stack: the common case plans nothing into a buffer.
+#[inline]
+pub fn lone_write(
+    seq: u64,
+    items: &[SendItem],
+    layout: &QpLayout,
+    max_write: u32,
+    ar: AdaptiveRouting,
+) -> Option<Write> {
+    let [one] = items else {
+        return None;
+    };
+    let qps = layout.group_qps(seq);
+    if qps.len() != 1 || one.size == 0 || one.size > max_write || ar.applies_to(one.size) {
+        return None;
+    }
+    let qp = qps.start;
+    Some(Write {
+        qp,
+        local_addr: one.addr,
+        lkey: one.lkeys[layout.local_dev(qp)],
+        len: one.size,
+        remote_addr: one.remote_addr,
+        rkey: one.rkeys[layout.remote_dev(qp)],
+        imm: Some(one.size),
+    })
+}
+
 /// [`plan_group`] into a buffer the caller reuses (cleared first), so the data path allocates
 /// nothing once the buffer has grown to its working size.
 pub fn plan_group_into(
@@ -281,6 +323,24 @@ pub fn plan_group_into(
     w: &mut Vec<Write>,
 ) {
     w.clear();
+    if let Some(one) = lone_write(seq, items, layout, max_write, ar) {
+        w.push(one);
+        return;
+    }
+    plan_general_into(seq, items, layout, sizes, max_write, ar, w);
+}
+
+/// Every group's plan, the lone write's included: [`plan_group_into`] without its shortcut
+/// (which its tests compare with), into `w` (not cleared).
+fn plan_general_into(
+    seq: u64,
+    items: &[SendItem],
+    layout: &QpLayout,
+    sizes: SizesSlot,
+    max_write: u32,
+    ar: AdaptiveRouting,
+    w: &mut Vec<Write>,
+) {
     let qps = layout.group_qps(seq);
     let empty = |qp: usize, imm: u32| Write {
         qp,

@@ -548,7 +548,58 @@ proptest::proptest! {
         let lay = QpLayout::new(qpc, split, l, r);
         check_pieces(seq, &items, &lay, max_write, ar);
         check_adaptive_routing(seq, &items, &lay, max_write, ar);
+        check_lone_write(seq, &items, &lay, max_write, ar);
     }
+
+    #[test]
+    fn the_lone_write_shortcut_plans_what_the_general_plan_does(
+        seq in 0u64..64,
+        qpc in 1usize..=4,
+        split in proptest::bool::ANY,
+        (l, r) in (1usize..=3, 1usize..=3),
+        (ldown, rdown) in (0u8..8, 0u8..8),
+        ar_threshold in proptest::option::of(0u32..6000),
+        // Small sizes in small pieces, or any size in pieces of 1 to 2 GiB (never billions of
+        // one-byte pieces).
+        (sizes, max_write) in proptest::prop_oneof![
+            (proptest::collection::vec(0u32..6000, 1..=2), 1u32..6000),
+            (
+                proptest::collection::vec(proptest::num::u32::ANY, 1..=2),
+                MIN_WRITE_LIMIT..=IB_MAX_MSG_BYTES
+            ),
+        ],
+    ) {
+        let items: Vec<SendItem> =
+            sizes.iter().enumerate().map(|(i, &s)| item(i as u64, s)).collect();
+        let ar = ar_threshold.map_or(AdaptiveRouting::OFF, AdaptiveRouting::above);
+        let lay = QpLayout::new(qpc, split, l, r).with_down(ldown, rdown);
+        check_lone_write(seq, &items, &lay, max_write, ar);
+    }
+}
+
+/// Checks the shortcut of [`plan_group_into`]: [`lone_write`] answers exactly for a lone
+/// non-empty buffer on a lone QP that fits one write outside adaptive routing, and then plans
+/// the one write the general plan makes; the planned group is the general plan either way.
+fn check_lone_write(
+    seq: u64,
+    items: &[SendItem],
+    lay: &QpLayout,
+    max_write: u32,
+    ar: AdaptiveRouting,
+) {
+    let mut general = Vec::new();
+    plan_general_into(seq, items, lay, SIZES, max_write, ar, &mut general);
+    let lone = lone_write(seq, items, lay, max_write, ar);
+    let expected = items.len() == 1
+        && lay.group_qps(seq).len() == 1
+        && items[0].size > 0
+        && items[0].size <= max_write
+        && !ar.applies_to(items[0].size);
+    assert_eq!(lone.is_some(), expected, "{items:?} on {lay:?}");
+    if let Some(w) = lone {
+        assert_eq!(general, vec![w]);
+    }
+    assert_eq!(plan_group(seq, items, lay, SIZES, max_write, ar), general);
 }
 
 /// Checks what adaptive routing does to a group's plan: a lone buffer above the threshold

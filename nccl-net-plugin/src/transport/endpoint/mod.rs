@@ -169,8 +169,8 @@ impl Endpoint {
     /// The QP that carries QP `q`'s work now: its own, or its stand-in on another member.
     #[inline]
     pub(super) fn qp(&self, q: usize) -> &Qp {
-        // No member down (the steady state): every QP runs on its home member, its own.
         if self.local_down.load(Ordering::Relaxed) == 0 {
+            // No member of this side is down: every QP runs on its home member.
             return &self.qps[q];
         }
         let lay = self.layout();

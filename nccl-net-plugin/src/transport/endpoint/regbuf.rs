@@ -66,12 +66,13 @@ impl RegBuf {
         sge
     }
 
-    /// Copy of `N` bytes at `off` (memory the NIC writes: volatile loads).
-    pub(in crate::transport) fn read<const N: usize>(&self, off: usize) -> [u8; N] {
-        self.buf.volatile().read::<N>(off)
+    /// The `N` little-endian `u64` words at `off` (memory the NIC writes: volatile loads).
+    #[inline]
+    pub(in crate::transport) fn read_words<const N: usize>(&self, off: usize) -> [u64; N] {
+        self.buf.volatile().read_words::<N>(off)
     }
 
-    /// The little-endian `u32` at `off` (volatile, as [`RegBuf::read`]).
+    /// The little-endian `u32` at `off` (volatile, as [`RegBuf::read_words`]).
     pub(in crate::transport) fn read_u32_le(&self, off: usize) -> u32 {
         self.buf.volatile().read_u32_le(off)
     }

@@ -42,6 +42,25 @@ impl Room {
         self.ar = ar;
     }
 
+    /// The common group in O(1): a lone buffer on a lone QP puts all of its work requests on
+    /// that QP, `(qp, n)` (what [`plan::writes_per_qp`] counts for it); `None` for any other
+    /// group, which is counted per QP.
+    #[inline]
+    fn lone(&self, seq: u64, items: &[SendItem], layout: &QpLayout) -> Option<(usize, u32)> {
+        let [one] = items else {
+            return None;
+        };
+        let qps = layout.group_qps(seq);
+        if qps.len() != 1 || qps.start >= self.held.len() {
+            return None;
+        }
+        let apart = one.size > 0 && self.ar.applies_to(one.size);
+        Some((
+            qps.start,
+            plan::pieces(one.size, self.max_write) + u32::from(apart),
+        ))
+    }
+
     /// Counts group `seq`'s work requests per QP into `need`.
     fn count(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
         let qps = layout.group_qps(seq);
@@ -60,6 +79,11 @@ impl Room {
     /// group needs at most [`plan::largest_group_wrs`], within the room; only a test's tiny
     /// write limit makes a group larger than the room, and then it goes alone).
     pub fn full_qp(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) -> Option<usize> {
+        if let Some((q, n)) = self.lone(seq, items, layout) {
+            self.need[q] = n;
+            let held = self.held[q];
+            return (held > 0 && held + n > self.cap).then_some(q);
+        }
         self.count(seq, items, layout);
         layout
             .group_qps(seq)
@@ -80,6 +104,13 @@ impl Room {
     /// found fitting) are held, without counting its writes again: the caller passes the same
     /// group, with the same items, right after that call.
     pub fn take_counted(&mut self, seq: u64, layout: &QpLayout) {
+        let qps = layout.group_qps(seq);
+        if qps.len() == 1 {
+            if let Some(h) = self.held.get_mut(qps.start) {
+                *h += self.need[qps.start];
+            }
+            return;
+        }
         let n = self.held.len();
         for q in layout.group_qps(seq).filter(|&q| q < n) {
             self.held[q] += self.need[q];
@@ -88,6 +119,10 @@ impl Room {
 
     /// Group `seq` is delivered: its work requests are retired.
     pub fn give_back(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
+        if let Some((q, n)) = self.lone(seq, items, layout) {
+            self.held[q] = self.held[q].saturating_sub(n);
+            return;
+        }
         self.count(seq, items, layout);
         let n = self.held.len();
         for q in layout.group_qps(seq).filter(|&q| q < n) {
@@ -104,7 +139,7 @@ impl Room {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::QpLayout;
+    use crate::plan::{AdaptiveRouting, QpLayout};
 
     fn item(size: u32) -> SendItem {
         SendItem {
@@ -113,6 +148,54 @@ mod tests {
             size,
             remote_addr: 0x2000,
             rkeys: [2; crate::MAX_DEVS],
+        }
+    }
+
+    #[test]
+    fn a_lone_buffer_on_a_lone_qp_is_counted_as_the_plan_counts_it() {
+        for (nqps, split, l, r) in [
+            (1, false, 1, 1),
+            (4, false, 1, 1),
+            (4, true, 1, 1),
+            (2, false, 2, 1),
+        ] {
+            let layout = QpLayout::new(nqps, split, l, r);
+            for ar in [
+                AdaptiveRouting::OFF,
+                AdaptiveRouting::above(0),
+                AdaptiveRouting::above(8192),
+            ] {
+                for max_write in [1, 4096, plan::MIN_WRITE_LIMIT] {
+                    for size in [0, 1, 8, 4096, 4097, 8193, 1 << 30, u32::MAX] {
+                        if size / max_write > plan::SEND_ROOM {
+                            continue; // more pieces than any queue holds (and a count past u32)
+                        }
+                        let items = [item(size)];
+                        for seq in 0..4 {
+                            let mut room = Room::new(layout.nqps);
+                            room.set_plan(max_write, ar);
+                            let mut planned = vec![0u32; layout.nqps];
+                            plan::writes_per_qp(seq, &items, &layout, max_write, ar, |q, n| {
+                                planned[q] += n
+                            });
+                            match room.lone(seq, &items, &layout) {
+                                Some((q, n)) => {
+                                    let mut want = vec![0u32; layout.nqps];
+                                    want[q] = n;
+                                    assert_eq!(planned, want, "{size} B, seq {seq}, {layout:?}");
+                                }
+                                None => assert!(layout.group_qps(seq).len() > 1),
+                            }
+                            assert_eq!(room.full_qp(seq, &items, &layout), None);
+                            room.take_counted(seq, &layout);
+                            let held: Vec<u32> = (0..layout.nqps).map(|q| room.held(q)).collect();
+                            assert_eq!(held, planned, "{size} B, seq {seq}, {layout:?}");
+                            room.give_back(seq, &items, &layout);
+                            assert!((0..layout.nqps).all(|q| room.held(q) == 0));
+                        }
+                    }
+                }
+            }
         }
     }
 
