@@ -39,6 +39,8 @@ cd "$REPO"
 LOG_TAG=count
 # shellcheck source=../testbed/lib.sh
 . "$REPO/testbed/lib.sh"
+# shellcheck source=callgrind.sh
+. "$SRC/callgrind.sh"
 
 reference=""
 also=()
@@ -154,16 +156,6 @@ calls_of() { # file fn-name
   ' "$1"
 }
 
-# Inclusive Ir per function: "Ir<TAB>function" (callgrind_annotate, every function).
-inclusive() { # file
-  callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$1" 2>/dev/null |
-    awk '/^ *[0-9][0-9,]* +\(/ && !/PROGRAM TOTALS/ {
-      ir = $1; gsub(",", "", ir);
-      line = $0; sub(/^ *[0-9,]+ +\([^)]*\) +/, "", line);
-      sub(/ \[[^]]*\]$/, "", line); sub(/^[^:]*:/, "", line);
-      if (!(line in best) || ir + 0 > best[line]) best[line] = ir + 0
-    } END { for (l in best) printf "%d\t%s\n", best[l], l }'
-}
 
 total_of() { awk '/^totals:/ { print $2; exit }' "$1"; }
 

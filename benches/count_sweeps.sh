@@ -37,6 +37,8 @@ cd "$REPO"
 LOG_TAG=count-sweeps
 # shellcheck source=../testbed/lib.sh
 . "$REPO/testbed/lib.sh"
+# shellcheck source=callgrind.sh
+. "$SRC/callgrind.sh"
 
 comms=16,256,1024
 sweeps=256
@@ -104,16 +106,6 @@ fi
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 
-# Inclusive Ir per function: "Ir<TAB>function".
-inclusive() { # file
-  callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$1" 2>/dev/null |
-    awk '/^ *[0-9][0-9,]* +\(/ && !/PROGRAM TOTALS/ {
-      ir = $1; gsub(",", "", ir);
-      line = $0; sub(/^ *[0-9,]+ +\([^)]*\) +/, "", line);
-      sub(/ \[[^]]*\]$/, "", line); sub(/^[^:]*:/, "", line);
-      if (!(line in best) || ir + 0 > best[line]) best[line] = ir + 0
-    } END { for (l in best) printf "%d\t%s\n", best[l], l }'
-}
 
 say "Instructions per comm per sweep of test over N idle receives (callgrind, $sweeps sweeps per N,"
 say "server side; inclusive of the verbs library and libc, not the kernel)"
