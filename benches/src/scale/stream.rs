@@ -268,6 +268,7 @@ pub(crate) fn stream(
     let mut ring_s: Vec<VecDeque<(Req, usize)>> = vec![VecDeque::new(); n];
     let mut ring_r: Vec<VecDeque<(Req, usize)>> = vec![VecDeque::new(); w.recvs.len()];
     let mut sent = vec![0u64; n];
+    let mut ready: Vec<Option<usize>> = vec![None; n];
     let mut posted = vec![0u64; w.recvs.len()];
     let mut got = vec![0u64; w.recvs.len()];
     let total = per_comm * (n as u64 + w.recvs.len() as u64);
@@ -280,11 +281,22 @@ pub(crate) fn stream(
         for i in 0..n.max(w.recvs.len()) {
             if let Some((c, mr)) = w.sends.get(i) {
                 while ring_s[i].len() < window && sent[i] < per_comm {
-                    let Some(slot) = free_s.pop() else { break };
+                    // A slot already filled with this comm's next message (its isend answered
+                    // "not yet") is offered again as it is: filling it again per retry made the
+                    // benchmark, not the plugin, the cost at thousands of comms.
+                    let slot = match ready[i].take() {
+                        Some(slot) => slot,
+                        None => {
+                            let Some(slot) = free_s.pop() else { break };
+                            pools.send.fill_pattern(
+                                slot * size,
+                                size,
+                                msg_seed(side, i as u64, sent[i], size),
+                            );
+                            slot
+                        }
+                    };
                     let off = slot * size;
-                    pools
-                        .send
-                        .fill_pattern(off, size, msg_seed(side, i as u64, sent[i], size));
                     match net
                         .isend(c, &pools.send, off, size, TAG, mr)
                         .call("isend")?
@@ -295,7 +307,7 @@ pub(crate) fn stream(
                             progressed = true;
                         }
                         None => {
-                            free_s.push(slot);
+                            ready[i] = Some(slot);
                             break;
                         }
                     }
