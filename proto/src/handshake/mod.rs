@@ -27,6 +27,12 @@
 //! has not presented the secret is a stranger ([`Handshake::is_stranger`]): it has
 //! [`strangers::SECRET_DEADLINE`] in total from being accepted to do so, however its bytes
 //! trickle in; the listener's other bounds on strangers are in [`strangers`].
+//!
+//! Those bounds can drop a real peer too: one whose process stalled between its TCP connection
+//! and its `Connect`, or whose connection a flood of strangers pushed out. So the connecting
+//! side connects again ([`Handshake::may_redial`], [`Handshake::redial`]) when the listener
+//! closes or resets the connection before answering (no byte of `Accept` or `Reject` came: the
+//! listener holds nothing of it), up to [`REDIALS_MAX`] times, keeping its QPs and its `Connect`.
 
 pub mod checks;
 mod error;
@@ -47,6 +53,12 @@ use std::time::Duration;
 
 /// A handshake in which no byte moves for this long is abandoned.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How many new TCP connections the connecting side makes, after the first, when the listener
+/// drops one before answering ([`Handshake::redial`]). Each needs a connection the listener
+/// accepted and then closed, so a listener that refuses or is gone ends the handshake at once,
+/// and one that drops every connection (a wrong secret: a stale handle) ends it after these.
+pub const REDIALS_MAX: u32 = 4;
 
 /// The settings both sides must agree on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +175,8 @@ pub enum Event {
 enum Role {
     Connector {
         local: LocalSide,
+        /// New TCP connections made after the first ([`Handshake::redial`]).
+        redials: u32,
     },
     Acceptor {
         secret: [u8; SECRET_SIZE],
@@ -219,7 +233,7 @@ impl Handshake {
     ) -> Handshake {
         local.meta.secret = secret;
         Handshake::new(
-            Role::Connector { local },
+            Role::Connector { local, redials: 0 },
             Stage::TcpConnect,
             peer.into(),
             now,
@@ -296,7 +310,7 @@ impl Handshake {
         if self.stage != Stage::TcpConnect {
             return self.out_of_order("tcp_connected");
         }
-        let Role::Connector { local } = &self.role else {
+        let Role::Connector { local, .. } = &self.role else {
             return self.out_of_order("tcp_connected");
         };
         let connect = wire::encode(&Msg::Connect(local.meta.clone()));
@@ -323,6 +337,51 @@ impl Handshake {
                 peer: self.peer.clone(),
             });
         }
+    }
+
+    /// Connecting side: whether a connection lost now (closed or reset by the listener) may be
+    /// replaced by a new one ([`Handshake::redial`]) instead of failing the handshake: its TCP
+    /// connection had completed, the listener has not answered (no byte of `Accept` or `Reject`
+    /// came, so it holds nothing of this connection: it dropped a stranger), and fewer than
+    /// [`REDIALS_MAX`] new connections were made.
+    pub fn may_redial(&self) -> bool {
+        matches!(self.role, Role::Connector { redials, .. } if redials < REDIALS_MAX)
+            && matches!(self.stage, Stage::SendConnect | Stage::AwaitAccept)
+            && self.reader.received() == 0
+    }
+
+    /// Connecting side: the transport replaced a lost connection by a new TCP connect (after
+    /// [`Handshake::may_redial`] allowed it). The machine starts again from the TCP connect with
+    /// the same QPs and `Connect` (written whole again); the new connection counts as progress.
+    /// Returns which connection this is (2 for the first redial).
+    pub fn redial(&mut self, now: Duration) -> u32 {
+        if !self.may_redial() {
+            self.out_of_order("redial");
+            return 0;
+        }
+        let Role::Connector { redials, .. } = &mut self.role else {
+            return 0;
+        };
+        *redials += 1;
+        let n = *redials + 1;
+        self.out.clear();
+        self.out_pos = 0;
+        self.stage = Stage::TcpConnect;
+        self.last_progress = now;
+        n
+    }
+
+    /// Connecting side: how many new connections replaced lost ones (0 on the accepting side).
+    pub fn redials(&self) -> u32 {
+        match self.role {
+            Role::Connector { redials, .. } => redials,
+            Role::Acceptor { .. } => 0,
+        }
+    }
+
+    /// When the machine was made (the TCP connect started, or the connection was accepted).
+    pub fn started(&self) -> Duration {
+        self.started
     }
 
     /// The bytes to write next, if any (a failed handshake may still have its `Reject`).
@@ -506,7 +565,7 @@ impl Handshake {
     /// checked too) and it must echo our traffic class and service level; this side refuses
     /// without an answer.
     fn on_accept(&mut self, peer_meta: QpMeta) {
-        let Role::Connector { local } = &self.role else {
+        let Role::Connector { local, .. } = &self.role else {
             return self.out_of_order("on_accept");
         };
         let checked =

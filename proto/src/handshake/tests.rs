@@ -727,3 +727,92 @@ fn a_reject_reason_is_shown_escaped() {
         "peer 10.0.0.2:50000 refused the connection: no\\nthanks\\x07"
     );
 }
+
+#[test]
+fn a_connection_the_listener_dropped_before_answering_may_be_dialled_again_with_the_same_connect() {
+    let mut c = connector();
+    let first = take_out(&mut c);
+    assert_eq!(c.stage(), Stage::AwaitAccept);
+    assert!(c.may_redial());
+    // The listener dropped it (a stranger past its deadline): a new connection, the same Connect.
+    let later = T0 + Duration::from_secs(7);
+    assert_eq!(c.redial(later), 2);
+    assert_eq!((c.stage(), c.redials()), (Stage::TcpConnect, 1));
+    assert_eq!(
+        c.poll_transmit(),
+        None,
+        "nothing is written before the TCP connect completes"
+    );
+    c.tcp_connected(later);
+    // The new connection is progress: the no-progress bound runs from it.
+    assert_eq!(c.poll_timeout(), Some(later + HANDSHAKE_TIMEOUT));
+    assert_eq!(take_out(&mut c), first);
+    // And it connects as the first would have.
+    let mut a = acceptor();
+    a.handle_bytes(&first, later);
+    assert!(!act(&mut a, &acceptor_side()));
+    c.handle_bytes(&take_out(&mut a), later);
+    assert!(!act(&mut c, &connector_side()));
+    a.handle_bytes(&take_out(&mut c), later);
+    assert!(act(&mut a, &acceptor_side()));
+    assert!(act(&mut c, &connector_side()));
+    assert_eq!(c.stage(), Stage::Connected);
+}
+
+#[test]
+fn a_connection_dropped_halfway_through_writing_connect_is_dialled_again_and_connect_goes_whole() {
+    let mut c = connector();
+    let whole = c.poll_transmit().map(<[u8]>::to_vec).unwrap_or_default();
+    c.advance(10, T0);
+    assert_eq!(c.stage(), Stage::SendConnect);
+    assert!(c.may_redial());
+    c.redial(T0);
+    c.tcp_connected(T0);
+    assert_eq!(take_out(&mut c), whole);
+}
+
+#[test]
+fn the_connector_dials_again_at_most_redials_max_times() {
+    let mut c = connector();
+    for n in 2..=REDIALS_MAX + 1 {
+        take_out(&mut c);
+        assert!(c.may_redial(), "connection {n}");
+        assert_eq!(c.redial(T0), n);
+        c.tcp_connected(T0);
+    }
+    take_out(&mut c);
+    assert!(!c.may_redial());
+    c.peer_closed();
+    assert!(matches!(failure(&mut c), HandshakeError::PeerClosed { .. }));
+}
+
+#[test]
+fn once_the_listener_answered_or_the_tcp_connect_never_completed_a_lost_connection_is_not_dialled_again()
+ {
+    // Before the TCP connection completed: a refusal says the listener is not there.
+    let c = Handshake::connector(connector_side(), SECRET, ACCEPTOR, T0);
+    assert_eq!(c.stage(), Stage::TcpConnect);
+    assert!(!c.may_redial());
+    // A byte of the answer came: the listener holds this connection's state.
+    let mut c = connector();
+    take_out(&mut c);
+    c.handle_bytes(&[wire::encode(&Msg::Ready)[0]], T0);
+    assert!(!c.may_redial());
+    // Past the answer.
+    let mut c = connector();
+    let mut a = acceptor();
+    a.handle_bytes(&take_out(&mut c), T0);
+    assert!(!act(&mut a, &acceptor_side()));
+    c.handle_bytes(&take_out(&mut a), T0);
+    assert_eq!(c.stage(), Stage::ConnectorQps);
+    assert!(!c.may_redial());
+    // The accepting side never dials.
+    assert!(!a.may_redial());
+    assert_eq!(a.redials(), 0);
+    // A redial it was not allowed fails the handshake as a bug.
+    c.redial(T0);
+    assert!(matches!(
+        failure(&mut c),
+        HandshakeError::OutOfOrder { call: "redial", .. }
+    ));
+}

@@ -128,16 +128,29 @@ impl Setup {
 
     /// Writes what the machine has to send; whether any byte went.
     fn write(&mut self, now: Duration) -> Result<bool> {
+        #[cfg(feature = "test-faults")]
+        if self.hs.stage() == Stage::SendConnect
+            && self.hs.redials() == 0
+            && crate::transport::faults::connect_held(self.hs.started(), now)
+        {
+            return Ok(false);
+        }
         let mut moved = false;
         while let Some(bytes) = self.hs.poll_transmit() {
             match (&self.sock).write(bytes) {
-                Ok(0) => self.hs.peer_closed(),
+                Ok(0) => {
+                    if self.redial(now, "closed the connection")? {
+                        return Ok(true);
+                    }
+                    self.hs.peer_closed();
+                }
                 Ok(k) => {
                     self.hs.advance(k, now);
                     moved = true;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if dropped(&e) && self.redial(now, &e.to_string())? => return Ok(true),
                 Err(e) => return Err(io_err("sending to", self.peer, e)),
             }
             if self.hs.is_finished() {
@@ -158,16 +171,47 @@ impl Setup {
             }
             let mut buf = vec![0u8; wanted];
             match (&self.sock).read(&mut buf) {
-                Ok(0) => self.hs.peer_closed(),
+                Ok(0) => {
+                    if self.redial(now, "closed the connection")? {
+                        return Ok(true);
+                    }
+                    self.hs.peer_closed();
+                }
                 Ok(k) => {
                     self.hs.handle_bytes(&buf[..k], now);
                     moved = true;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(moved),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if dropped(&e) && self.redial(now, &e.to_string())? => return Ok(true),
                 Err(e) => return Err(io_err("reading from", self.peer, e)),
             }
         }
+    }
+
+    /// Connecting side: replaces a connection the listener closed or reset (`how`) before
+    /// answering by a new TCP connect, when the machine allows it ([`Handshake::may_redial`]);
+    /// whether it did. Logged as a WARN: the listener dropped this side as a stranger (it had
+    /// not presented the secret within the deadline, this process stalled, or a flood of
+    /// strangers pushed it out).
+    fn redial(&mut self, now: Duration, how: &str) -> Result<bool> {
+        if !self.hs.may_redial() {
+            return Ok(false);
+        }
+        let stage = self.hs.stage();
+        let sock = super::connect::dial(self.peer)?;
+        let n = self.hs.redial(now);
+        warn!(
+            NET,
+            "{}: the listener at {} {how} before answering, {stage}, {:.1} s after this connect started (a listener drops a connection that has not presented its secret within {} s or that a flood of strangers pushed out): connecting again (connection {n} of {})",
+            self.dev.label(),
+            self.peer,
+            now.saturating_sub(self.hs.started()).as_secs_f64(),
+            ferro_proto::handshake::SECRET_DEADLINE.as_secs(),
+            ferro_proto::handshake::REDIALS_MAX + 1
+        );
+        self.sock = sock;
+        Ok(true)
     }
 
     /// Does what the machine asks; whether it asked anything, and the comm's parts once
@@ -434,4 +478,12 @@ impl Setup {
     pub(super) fn timed_out(&self) -> bool {
         matches!(self.hs.failure(), Some(HandshakeError::TimedOut { .. }))
     }
+}
+
+/// Whether a socket error says the peer dropped the connection (reset or closed it).
+fn dropped(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe
+    )
 }
