@@ -86,6 +86,7 @@ impl From<ferro_proto::handshake::HandshakeError> for Error {
             | H::PeerClosed { .. }
             | H::NoSecret { .. }
             | H::TimedOut { .. } => Error::Remote(text),
+            H::Abandoned { .. } => Error::System(text),
             H::OutOfOrder { .. } => Error::Internal(text),
         }
     }

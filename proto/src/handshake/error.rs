@@ -61,6 +61,9 @@ pub enum HandshakeError {
     Wire { peer: String, error: WireError },
     /// The peer closed the connection before the handshake ended.
     PeerClosed { peer: String },
+    /// Accepting side: its own setup failed (`reason`) after the peer presented the secret; the
+    /// peer is told in a `Reject` ([`super::Handshake::abandon`]).
+    Abandoned { peer: String, reason: String },
     /// Accepting side: a stranger did not present the secret within `after`
     /// ([`super::SECRET_DEADLINE`]), having sent `received` bytes of a message meanwhile.
     NoSecret {
@@ -173,6 +176,9 @@ impl fmt::Display for HandshakeError {
                         after.as_secs()
                     )
                 }
+            }
+            HandshakeError::Abandoned { peer, reason } => {
+                write!(f, "setting up the connection from {peer} failed: {reason}")
             }
             HandshakeError::OutOfOrder { call, stage } => {
                 write!(f, "handshake: {call} called while {stage}")

@@ -384,6 +384,21 @@ impl Handshake {
         self.started
     }
 
+    /// Accepting side: this side's own setup failed (`reason`: its QPs could not be made or
+    /// connected) after the peer presented the secret. The failure goes to the peer as a
+    /// `Reject`, so that it fails naming the cause instead of taking the silence for the drop of
+    /// a stranger, which it would dial again for ([`Handshake::may_redial`]). Nothing for a
+    /// stranger (it gets no answer) or a finished handshake.
+    pub fn abandon(&mut self, reason: &str) {
+        if self.is_finished() || self.stage.is_connector() || self.is_stranger() {
+            return;
+        }
+        self.reject(HandshakeError::Abandoned {
+            peer: self.peer.clone(),
+            reason: reason.to_string(),
+        });
+    }
+
     /// The bytes to write next, if any (a failed handshake may still have its `Reject`).
     pub fn poll_transmit(&self) -> Option<&[u8]> {
         Some(&self.out[self.out_pos..]).filter(|b| self.stage.writes() && !b.is_empty())

@@ -816,3 +816,28 @@ fn once_the_listener_answered_or_the_tcp_connect_never_completed_a_lost_connecti
         HandshakeError::OutOfOrder { call: "redial", .. }
     ));
 }
+
+#[test]
+fn an_acceptor_whose_own_setup_fails_tells_the_real_peer_in_a_reject_and_a_stranger_nothing() {
+    let mut a = acceptor();
+    let mut c = connector();
+    a.handle_bytes(&take_out(&mut c), T0);
+    assert!(!act(&mut a, &acceptor_side()));
+    a.abandon("rxe0:1 QP 0 to RTR failed with errno 22");
+    let e = failure(&mut a);
+    assert_eq!(
+        e.to_string(),
+        "setting up the connection from 10.0.0.1:40000 failed: rxe0:1 QP 0 to RTR failed with errno 22"
+    );
+    // The connecting side gets the reason and does not dial again.
+    c.handle_bytes(&take_out(&mut a), T0);
+    assert!(!c.may_redial());
+    assert!(matches!(
+        failure(&mut c),
+        HandshakeError::PeerRejected { reason, .. } if reason.contains("errno 22")
+    ));
+    // A stranger is told nothing.
+    let mut s = acceptor();
+    s.abandon("out of QPs");
+    assert_eq!((s.stage(), s.poll_transmit()), (Stage::AwaitConnect, None));
+}

@@ -80,8 +80,22 @@ pub(super) struct QpConnect {
 }
 
 impl Setup {
-    /// Advances as far as the socket allows; `Some` when connected.
+    /// Advances as far as the socket allows; `Some` when connected. An accepting side whose
+    /// own setup fails after the peer presented the secret tells the peer why (a `Reject`,
+    /// offered without waiting), so that the peer fails naming the cause rather than dialling
+    /// again as a dropped stranger would.
     pub(super) fn drive(&mut self, now: Duration) -> Result<Option<Box<Ready>>> {
+        let r = self.drive_as_far(now);
+        if let Err(e) = &r
+            && !self.hs.is_finished()
+        {
+            self.hs.abandon(&e.to_string());
+            self.send_last_words();
+        }
+        r
+    }
+
+    fn drive_as_far(&mut self, now: Duration) -> Result<Option<Box<Ready>>> {
         loop {
             let mut moved = self.poll_tcp(now)?;
             moved |= self.write(now)?;
