@@ -2,13 +2,17 @@
 //! exported table on soft-RoCE (guest only), with failures injected by the `test-faults`
 //! feature (`nccl_net_ferro::transport::faults`): `connect` and `accept` keep answering "not
 //! yet" without blocking while a timed-out change waits for its retry, then connect; spent
-//! retries fail the connection with a WARN naming the device, port, QP, attempts and errno.
+//! retries fail the connection with a WARN naming the device, port, QP, attempts and errno. The
+//! reconnects of a recovery in place after a link flap are retried the same way, within the
+//! recovery budget.
 //!
 //! The settings are read once per process, so each case runs in a child process of this test
 //! binary (`common::CHILD_ROLE`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use core::ffi::c_int;
+use ferro_ffi::ncclResult_t;
 use ferro_nccl_standin::net::Comm as _;
 use ferro_nccl_standin::net::{ListenComm, RecvComm, SendComm};
 use nccl_net_ferro::transport::faults;
@@ -213,6 +217,12 @@ fn spent_retries_fail_the_connection_with_a_warn_naming_the_qp_the_attempts_and_
         "no WARN of the failure that was not retried:\n{out}"
     );
     assert!(!out.contains("retry 1/"), "an EINVAL was retried:\n{out}");
+    // The accepting side told the connecting side why (a `Reject`), so it did not take the
+    // closed connection for the drop of a stranger and dial again.
+    assert!(
+        !out.contains("connecting again"),
+        "the connecting side dialled again after the accepting side failed:\n{out}"
+    );
 }
 
 const RETRY_ALL_TEST: &str = "with_retry_all_a_failure_that_is_not_a_time_out_is_retried_too";
@@ -253,5 +263,126 @@ fn with_retry_all_a_failure_that_is_not_a_time_out_is_retried_too() {
         !out.lines()
             .any(|l| l.contains("WARN") && l.contains("failed after")),
         "the connection was given up:\n{out}"
+    );
+}
+
+const RECOVERY_TEST: &str =
+    "a_reconnect_that_times_out_during_a_recovery_in_place_is_retried_and_the_comm_recovers";
+
+/// Both sides of a pair on rxe1 with a receive waiting; `dummy1` goes down (the comms stop to
+/// recover in place), the next two state changes that connect a QP fail with `ETIMEDOUT` (as a
+/// move to RTR does while the fabric converges), the link comes back: the reconnects are tried
+/// again after NCCL's retry pause instead of failing the comm, and the receive gets its 1 MiB.
+fn recovery_retry_child() {
+    let _up = LinkUp;
+    let p = pair(test_dev());
+    let len = 1 << 20;
+    let mut sbuf = pattern(21, len);
+    let mut rbuf = vec![0u8; len];
+    let smh = reg_buf(p.send, &mut sbuf);
+    let rmh = reg_buf(p.recv, &mut rbuf);
+    let (r, rreq) = try_irecv(p.recv, &[(rbuf.as_mut_ptr(), len, 1, rmh)]);
+    assert_eq!(r, ncclResult_t::Success, "irecv");
+    ip_link("down");
+    let down = Instant::now();
+    // The waiting calls of both sides see the port go down and stop the comms.
+    while down.elapsed() < Duration::from_secs(2) {
+        let (r, done) = try_test(rreq);
+        assert_eq!(
+            r,
+            ncclResult_t::Success,
+            "the receive failed while the port was down"
+        );
+        assert!(done.is_none());
+        let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), len, 2, smh);
+        assert_eq!(
+            r,
+            ncclResult_t::Success,
+            "the send comm failed while the port was down"
+        );
+        assert!(req.is_null(), "a send with tag 2 has no buffer");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    faults::fail_connect_changes(2, libc::ETIMEDOUT);
+    link_up_and_active();
+    let mut sreq: *mut core::ffi::c_void = std::ptr::null_mut();
+    let (mut sent, mut received) = (false, false);
+    let start = Instant::now();
+    while !(sent && received) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not recovered within 60 s (sent {sent}, received {received}, injected failures left {})",
+            faults::connect_failures_left()
+        );
+        if sreq.is_null() {
+            let (r, req) = try_isend(p.send, sbuf.as_mut_ptr(), len, 1, smh);
+            assert_eq!(r, ncclResult_t::Success, "isend after the flap");
+            sreq = req;
+        } else if !sent {
+            let (r, done) = try_test(sreq);
+            assert_eq!(r, ncclResult_t::Success, "the send failed after the flap");
+            sent = done.is_some();
+        }
+        if !received {
+            let (r, done) = try_test(rreq);
+            assert_eq!(
+                r,
+                ncclResult_t::Success,
+                "the receive failed after the flap"
+            );
+            if let Some(sizes) = done {
+                assert_eq!(sizes[0], len as c_int);
+                received = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let left = faults::connect_failures_left();
+    faults::fail_connect_changes(0, 0);
+    assert_eq!(left, 0, "the injected failures were not all met");
+    assert!(rbuf == sbuf, "1 MiB across the flap: bytes differ");
+    release(&p, smh, rmh);
+    println!("RECOVERY-RETRIED-OK");
+}
+
+#[test]
+fn a_reconnect_that_times_out_during_a_recovery_in_place_is_retried_and_the_comm_recovers() {
+    if std::env::var(CHILD_ROLE).as_deref() == Ok("recovery-retry") {
+        return recovery_retry_child();
+    }
+    in_guest();
+    assert!(
+        std::path::Path::new("/sys/class/infiniband/rxe1").exists(),
+        "needs rxe1 on dummy1"
+    );
+    let _up = LinkUp;
+    let out = child_passes(
+        RECOVERY_TEST,
+        "recovery-retry",
+        &[
+            ("FERRO_TEST_DEV", "rxe1"),
+            ("NCCL_IB_MQP_RETRY_SLEEP_MSEC", "200"),
+        ],
+        "RECOVERY-RETRIED-OK",
+        "two timed-out reconnects during a recovery in place",
+    );
+    for k in 1..=2 {
+        let line = out
+            .lines()
+            .find(|l| l.contains("WARN") && l.contains(&format!("retry {k}/34 due in")))
+            .unwrap_or_else(|| panic!("retry {k} of the reconnect was not announced:\n{out}"));
+        assert!(
+            line.contains("connecting the QPs again failed with errno 110")
+                && line.contains("within the recovery budget"),
+            "{line}"
+        );
+    }
+    assert!(
+        out.contains("recovered in place"),
+        "no line says the comms recovered:\n{out}"
+    );
+    assert!(
+        !out.contains("recovery in place failed"),
+        "a recovery failed:\n{out}"
     );
 }

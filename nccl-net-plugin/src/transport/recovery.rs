@@ -72,7 +72,9 @@ impl SideSteps for SendCore {
             return Ok(false);
         };
         let qpns = comm.ep.rebuild(down)?;
-        comm.ep.reconnect(peer, core.recovery.epoch())?;
+        if let Err(e) = comm.ep.reconnect(peer, core.recovery.epoch())? {
+            return comm.connect_failed(core, &e);
+        }
         let m = core.qps_rebuilt(qpns, down);
         comm.tell_peer(&[m])?;
         Ok(true)
@@ -147,7 +149,9 @@ impl SideSteps for RecvCore {
             return Ok(true);
         };
         let epoch = core.recovery.epoch();
-        comm.ep.reconnect(peer, epoch)?;
+        if let Err(e) = comm.ep.reconnect(peer, epoch)? {
+            return comm.connect_failed(core, &e);
+        }
         let r = core
             .resume(epoch, now())
             .map_err(|e| Error::Remote(e.to_string()))?;
@@ -185,6 +189,36 @@ impl SideSteps for RecvCore {
 }
 
 impl Comm {
+    /// A state change that connects this side's QPs to the peer's failed during a recovery
+    /// (`e`): tried again when `NCCL_IB_MQP_RETRY_*` says so (a move to RTR that timed out while
+    /// the fabric converges after the port came back), within the recovery budget, with a WARN;
+    /// otherwise the recovery fails with it. `Ok(false)`: not connected yet.
+    fn connect_failed<C: SideSteps>(&self, core: &mut C, e: &ferro_verbs::Error) -> Result<bool> {
+        let policy = crate::plugin::get()?.config.mqp_retry();
+        let t = now();
+        let epoch = core.recovery().epoch();
+        let (n, next) = core
+            .recovery_parts()
+            .0
+            .connect_failed(t, e.errno, &e.to_string(), &policy);
+        let Some(at) = next else {
+            return Err(Error::System(format!(
+                "connecting the QPs again failed (try {n}) with errno {}: {e}; not retried (NCCL_IB_MQP_RETRY_ALL, NCCL_IB_MQP_RETRY_CNT={})",
+                e.errno, policy.retries
+            )));
+        };
+        warn!(
+            NET,
+            "{}: recovery in place (epoch {epoch}): connecting the QPs again failed with errno {} ({e}); retry {n}/{} due in {} ms (NCCL_IB_MQP_RETRY_SLEEP_MSEC), within the recovery budget of {} s",
+            self.describe(),
+            e.errno,
+            policy.retries,
+            at.saturating_sub(t).as_millis(),
+            core.recovery().budget().as_secs()
+        );
+        Ok(false)
+    }
+
     /// Writes recovery messages on the out-of-band connection.
     fn tell_peer(&self, msgs: &[Msg]) -> Result<()> {
         for m in msgs {

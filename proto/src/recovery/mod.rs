@@ -20,6 +20,7 @@ pub use plan::ReplayGroup;
 pub use snapshot::{GroupArrivals, ReceiverState};
 
 use crate::health::Failure;
+use crate::qp_retry::RetryPolicy;
 use std::fmt;
 use std::time::Duration;
 
@@ -109,6 +110,12 @@ pub struct Recovery {
     start_delay: Duration,
     /// The most epochs one recovery may enter (`NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX`).
     attempts_max: Option<u32>,
+    /// Failed tries of this epoch's connect step (a QP state change that failed), and when the
+    /// next try is due ([`Recovery::connect_failed`]).
+    connect_failures: u32,
+    retry_at: Option<Duration>,
+    /// The last failed try's error, for the failure when the budget runs out.
+    connect_error: Option<String>,
 }
 
 impl Recovery {
@@ -128,10 +135,38 @@ impl Recovery {
         self.attempts_max = attempts_max;
     }
 
-    /// Whether the QPs may be rebuilt at `now`: the start delay has passed since the stop.
+    /// Whether the QPs may be rebuilt or connected at `now`: the start delay has passed since
+    /// the stop, and no failed connect waits for its retry.
     pub fn may_rebuild(&self, now: Duration) -> bool {
         self.since
             .is_none_or(|s| now.saturating_sub(s) >= self.start_delay)
+            && self.retry_at.is_none_or(|at| now >= at)
+    }
+
+    /// The connect step of this epoch failed at `now`: a state change of this side's QPs
+    /// (`error`, with its `errno`) that connects them to the peer's. When it is tried again
+    /// under `policy` (`NCCL_IB_MQP_RETRY_*`, as at setup: the move to RTR resolves the peer's
+    /// address, which times out while the fabric converges after a port came back, and only
+    /// that is retried unless `_ALL` is set), or `None` to give up. Until then
+    /// [`Recovery::may_rebuild`] says no; the budget bounds the whole recovery as always.
+    /// Returns the try that failed (from 1) with the time of the next.
+    pub fn connect_failed(
+        &mut self,
+        now: Duration,
+        errno: i32,
+        error: &str,
+        policy: &RetryPolicy,
+    ) -> (u32, Option<Duration>) {
+        self.connect_failures += 1;
+        self.connect_error = Some(error.to_string());
+        let next = policy.next_attempt(self.connect_failures, errno, now);
+        self.retry_at = next;
+        (self.connect_failures, next)
+    }
+
+    /// Failed tries of this epoch's connect step so far.
+    pub fn connect_failures(&self) -> u32 {
+        self.connect_failures
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -193,6 +228,8 @@ impl Recovery {
         self.wanted = None;
         self.rebuilt = false;
         self.peer_qpns = None;
+        self.connect_failures = 0;
+        self.retry_at = None;
         Ok(epoch)
     }
 
@@ -259,6 +296,9 @@ impl Recovery {
         self.attempts = 0;
         self.rebuilt = false;
         self.peer_qpns = None;
+        self.connect_failures = 0;
+        self.retry_at = None;
+        self.connect_error = None;
         self.since
             .take()
             .map_or(Duration::ZERO, |s| now.saturating_sub(s))
@@ -274,8 +314,11 @@ impl Recovery {
     /// tried, and (`pending`) what the comm still waited for.
     pub fn gave_up(&self, now: Duration, side: &str, pending: &str) -> Failure {
         let took = self.since.map_or(Duration::ZERO, |s| now.saturating_sub(s));
+        let connect = self.connect_error.as_ref().map_or(String::new(), |e| {
+            format!("; the last failed try to connect the QPs: {e}")
+        });
         Failure::remote(format!(
-            "{side} comm: recovery in place gave up after {:.1} s (budget {:.1} s): {} attempt(s) up to epoch {}, the last after {}; {pending}",
+            "{side} comm: recovery in place gave up after {:.1} s (budget {:.1} s): {} attempt(s) up to epoch {}, the last after {}{connect}; {pending}",
             took.as_secs_f64(),
             self.budget.as_secs_f64(),
             self.attempts,

@@ -581,3 +581,70 @@ fn a_recovery_gives_back_the_room_of_delivered_groups_and_keeps_the_replayed_one
     assert_eq!(c.queue_held(0), 0);
     assert_eq!(c.take_done(reqs[1]), Ok(Some(Done::one(4096))));
 }
+
+#[test]
+fn a_connect_that_timed_out_during_recovery_waits_nccls_retry_pause_and_is_tried_again() {
+    let mut r = Recovery::default();
+    r.set_budget(BUDGET);
+    r.stop(s(100), "port 1 down").unwrap();
+    let policy = RetryPolicy::default();
+    assert!(r.may_rebuild(s(100)));
+    let ms = Duration::from_millis;
+    // Two timed-out moves to RTR: 100 ms, then 200 ms, before the next try.
+    let (n, next) = r.connect_failed(s(101), 110, "qpn 7 to RTR: ETIMEDOUT", &policy);
+    assert_eq!((n, next), (1, Some(s(101) + ms(100))));
+    assert!(!r.may_rebuild(s(101) + ms(99)));
+    assert!(r.may_rebuild(s(101) + ms(100)));
+    let (n, next) = r.connect_failed(s(102), 110, "qpn 7 to RTR: ETIMEDOUT", &policy);
+    assert_eq!((n, next), (2, Some(s(102) + ms(200))));
+    assert_eq!(r.connect_failures(), 2);
+    // A later epoch starts counting again; the budget still bounds the whole recovery.
+    r.stop(s(103), "port 1 down again").unwrap();
+    assert_eq!(r.connect_failures(), 0);
+    assert!(r.may_rebuild(s(103)));
+    let f = r.gave_up(s(131), "send", "nothing pending");
+    assert!(
+        f.message
+            .contains("the last failed try to connect the QPs: qpn 7 to RTR: ETIMEDOUT"),
+        "{f}"
+    );
+    // Resumed: the next recovery starts clean.
+    r.finish(s(104));
+    r.stop(s(200), "flap").unwrap();
+    assert!(
+        !r.gave_up(s(231), "send", "")
+            .message
+            .contains("connect the QPs")
+    );
+}
+
+#[test]
+fn a_connect_failure_other_than_a_time_out_is_not_retried_unless_nccl_ib_mqp_retry_all_says_so() {
+    let mut r = Recovery::default();
+    r.set_budget(BUDGET);
+    r.stop(s(0), "port down").unwrap();
+    let einval = 22;
+    assert_eq!(
+        r.connect_failed(s(1), einval, "EINVAL", &RetryPolicy::default()),
+        (1, None)
+    );
+    let all = RetryPolicy {
+        all: true,
+        ..RetryPolicy::default()
+    };
+    assert_eq!(
+        r.connect_failed(s(1), einval, "EINVAL", &all).1,
+        Some(s(1) + Duration::from_millis(200))
+    );
+    // The retries are counted: past NCCL_IB_MQP_RETRY_CNT, give up.
+    let two = RetryPolicy {
+        retries: 2,
+        ..RetryPolicy::default()
+    };
+    let mut r = Recovery::default();
+    r.set_budget(BUDGET);
+    r.stop(s(0), "port down").unwrap();
+    assert!(r.connect_failed(s(1), 110, "t", &two).1.is_some());
+    assert!(r.connect_failed(s(2), 110, "t", &two).1.is_some());
+    assert_eq!(r.connect_failed(s(3), 110, "t", &two).1, None);
+}

@@ -77,8 +77,15 @@ impl Endpoint {
     }
 
     /// INIT -> RTR -> RTS of every data QP against the peer's QPs `qpns` (handshake order) on
-    /// the peer's devices the handshake named, starting at the packet numbers of `epoch`.
-    pub(super) fn connect_to(&self, qpns: &[u32], epoch: u32) -> Result<()> {
+    /// the peer's devices the handshake named, starting at the packet numbers of `epoch`. The
+    /// outer error is one no retry can mend; the inner one is the first failed
+    /// `ibv_modify_qp`, with its errno, after which every data QP was put back to INIT (the
+    /// same QPs can be connected again).
+    pub(super) fn connect_to(
+        &self,
+        qpns: &[u32],
+        epoch: u32,
+    ) -> Result<std::result::Result<(), ferro_verbs::Error>> {
         let devs = self
             .peer_devs
             .get()
@@ -94,14 +101,39 @@ impl Endpoint {
         for (q, &remote_qpn) in qpns.iter().enumerate() {
             let remote = &devs[lay.remote_dev(q)];
             let path = self.data_qp_path(q);
-            self.connect_qp(
-                self.qp(q),
-                self.rail_of(q).dev,
-                remote_qpn,
-                remote,
-                epoch,
-                path,
-            )?;
+            let qp = self.qp(q);
+            #[cfg(feature = "test-faults")]
+            let injected = crate::transport::faults::connect_change_failure(qp, Transition::Rtr);
+            #[cfg(not(feature = "test-faults"))]
+            let injected = None;
+            let changed = match injected {
+                Some(e) => Err(e),
+                None => match self.qp_to_rtr(
+                    qp,
+                    self.rail_of(q).dev,
+                    remote_qpn,
+                    remote,
+                    epoch,
+                    path,
+                )? {
+                    Ok(()) => qp_to_rts(qp, epoch)?,
+                    Err(e) => Err(e),
+                },
+            };
+            if let Err(e) = changed {
+                self.back_to_init()?;
+                return Ok(Err(e.context(self.describe_qp(q))));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Every data QP back to INIT (through RESET), keeping its number: after a failed connect.
+    fn back_to_init(&self) -> Result<()> {
+        for q in 0..self.qps.len() {
+            let qp = self.qp(q);
+            to_state(qp, IBV_QPS_RESET)?;
+            to_init(qp, self.rail_of(q).dev, super::access::DATA_QP)?;
         }
         Ok(())
     }

@@ -394,8 +394,13 @@ impl Endpoint {
     }
 
     /// Recovery: connects the rebuilt QPs to the peer's rebuilt ones of `epoch`, on the peer's
-    /// members as its `Rebuilt` said.
-    pub(super) fn reconnect(&self, peer: &PeerQps, epoch: u32) -> Result<()> {
+    /// members as its `Rebuilt` said. A state change that failed is the inner error, with its
+    /// errno for the retry policy; the QPs are then back in INIT, ready for another try.
+    pub(super) fn reconnect(
+        &self,
+        peer: &PeerQps,
+        epoch: u32,
+    ) -> Result<std::result::Result<(), ferro_verbs::Error>> {
         self.remote_down.store(peer.down, Ordering::Relaxed);
         self.connect_to(&peer.qpns, epoch)
     }

@@ -34,14 +34,11 @@ use ferro_proto::handshake::{LocalSide, Settings};
 use ferro_proto::route::{self, MemberGids};
 use ferro_proto::wire::QpMeta;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The time passed to the handshake machines: since the first call that needed it.
-pub(super) fn now() -> Duration {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed()
-}
+/// The time passed to the handshake machines: the transport's one clock (the watchdog's and
+/// recovery's too).
+pub(super) use super::progress::now;
 
 /// The fault policy's settings of a new comm: `FERRO_STALL_WARN_S` as its stall threshold (zero:
 /// the watchdog is off), `NCCL_IB_RETURN_ASYNC_EVENTS` (whether device events fail it) and
