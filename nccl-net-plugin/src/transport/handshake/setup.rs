@@ -128,6 +128,14 @@ impl Setup {
             .take_error()
             .map_err(|e| io_err("connect to", self.peer, e))?
         {
+            if self.hs.redials() > 0 {
+                // It accepted this side before: the peer (or its listener) is gone since.
+                return Err(Error::Remote(format!(
+                    "cannot connect to {} again after it dropped the connection before answering (connection {}): {e} (did the peer process exit?)",
+                    self.peer,
+                    self.hs.redials() + 1
+                )));
+            }
             return Err(Error::System(format!(
                 "cannot connect to {}: {e} (is the peer's listener reachable from here? check NCCL_SOCKET_IFNAME)",
                 self.peer
