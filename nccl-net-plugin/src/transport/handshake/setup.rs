@@ -172,7 +172,12 @@ impl Setup {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if dropped(&e) && self.redial(now, &e.to_string())? => return Ok(true),
+                Err(e)
+                    if dropped(&e)
+                        && self.redial(now, &format!("dropped the connection ({e})"))? =>
+                {
+                    return Ok(true);
+                }
                 Err(e) => return Err(io_err("sending to", self.peer, e)),
             }
             if self.hs.is_finished() {
@@ -205,7 +210,12 @@ impl Setup {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(moved),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if dropped(&e) && self.redial(now, &e.to_string())? => return Ok(true),
+                Err(e)
+                    if dropped(&e)
+                        && self.redial(now, &format!("dropped the connection ({e})"))? =>
+                {
+                    return Ok(true);
+                }
                 Err(e) => return Err(io_err("reading from", self.peer, e)),
             }
         }
