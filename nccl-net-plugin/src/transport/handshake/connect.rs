@@ -20,8 +20,6 @@ use ferro_proto::handshake::sweep::SweepPacer;
 use ferro_proto::handshake::{self as hs, HANDSHAKE_TIMEOUT, Handshake};
 use ferro_proto::path::QpPath;
 use std::collections::HashMap;
-use std::io::ErrorKind;
-use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -62,7 +60,7 @@ fn start_connect(
     let pds = ep.pds();
     let fifo = RegBuf::new(&pds, FIFO_BYTES, access::PEER_WRITTEN)?;
     let sizes_stage = RegBuf::new(&pds, SIZES_BYTES, access::STAGING)?;
-    let sock = dial(addr)?;
+    let sock = super::dial(addr)?;
     let machine = Handshake::connector(
         local_side(&ep, &fifo)?,
         handle::secret(h),
@@ -87,28 +85,6 @@ fn start_connect(
         },
         qps: None,
     })
-}
-
-/// Starts a non-blocking TCP connect to `addr` (the first of a connection, or a new one after
-/// the listener dropped the last before answering).
-pub(super) fn dial(addr: SocketAddr) -> Result<TcpStream> {
-    let sock = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        None,
-    )
-    .map_err(|e| Error::System(format!("socket: {e}")))?;
-    sock.set_nonblocking(true)
-        .map_err(|e| Error::System(format!("socket: {e}")))?;
-    let _ = sock.set_nodelay(true);
-    match sock.connect(&addr.into()) {
-        Ok(()) => {}
-        Err(e)
-            if e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == ErrorKind::WouldBlock => {
-        }
-        Err(e) => return Err(Error::System(format!("cannot connect to {addr}: {e}"))),
-    }
-    Ok(sock.into())
 }
 
 /// Drops connects whose caller stopped calling (they made no progress for the handshake

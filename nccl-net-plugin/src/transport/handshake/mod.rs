@@ -8,7 +8,10 @@
 //!   connecting the QPs), TCP keepalive, and turning a finished handshake into a [`Comm`];
 //! - [`listen`]: the listener, `accept` and its bounds on strangers;
 //! - [`connect`]: `connect`, and the registry that keeps its progress under a token written
-//!   into the handle.
+//!   into the handle;
+//! - here: what both share: the clock, the settings, this side's description, and [`dial`],
+//!   the non-blocking TCP connect (a connect's first, or a new one after the listener dropped
+//!   the last before answering).
 //!
 //! Every call reads the clock once and passes it in (`accept` once more for each connection it
 //! takes, whose secret's deadline starts then).
@@ -33,7 +36,8 @@ use ferro_proto::comm::recovering::Recovering;
 use ferro_proto::handshake::{LocalSide, Settings};
 use ferro_proto::route::{self, MemberGids};
 use ferro_proto::wire::QpMeta;
-use std::net::SocketAddr;
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// The time passed to the handshake machines: the transport's one clock (the watchdog's and
@@ -139,4 +143,26 @@ pub(super) fn on_peer_subnet(
             .join(", ")
     );
     Ok(other)
+}
+
+/// Starts a non-blocking TCP connect to `addr` (the first of a connection, or a new one after
+/// the listener dropped the last before answering).
+pub(super) fn dial(addr: SocketAddr) -> Result<TcpStream> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .map_err(|e| Error::System(format!("socket: {e}")))?;
+    sock.set_nonblocking(true)
+        .map_err(|e| Error::System(format!("socket: {e}")))?;
+    let _ = sock.set_nodelay(true);
+    match sock.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == ErrorKind::WouldBlock => {
+        }
+        Err(e) => return Err(Error::System(format!("cannot connect to {addr}: {e}"))),
+    }
+    Ok(sock.into())
 }

@@ -231,7 +231,7 @@ impl Setup {
             return Ok(false);
         }
         let stage = self.hs.stage();
-        let sock = super::connect::dial(self.peer)?;
+        let sock = super::dial(self.peer)?;
         let n = self.hs.redial(now);
         warn!(
             NET,
