@@ -123,6 +123,24 @@ fn check_fits(c: &transport::Comm, m: Option<&transport::MrHandle>) -> Result<()
     }
 }
 
+/// [`check_fits`]'s error, out of line (a receive checks each buffer's handle in place).
+#[cold]
+#[inline(never)]
+fn not_fitting(c: &transport::Comm, m: &transport::MrHandle) -> Error {
+    match check_fits(c, Some(m)) {
+        Err(e) => e,
+        Ok(()) => Error::Internal("a memory handle both fits and does not".into()),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn without_handle(i: usize, s: u32) -> Error {
+    Error::Usage(format!(
+        "irecv buffer {i} of {s} bytes without a memory handle"
+    ))
+}
+
 /// The first step of `isend`, `irecv` and `iflush`, before anything else happens: refuses a
 /// NULL `request` (nothing is matched or posted, so no request slot is taken and no data is in
 /// flight behind an error), then writes NULL to `*request`, so that every later return, an
@@ -322,15 +340,11 @@ pub(super) fn irecv<S: SizeArg>(
         let s = request_bytes(c.device(), "irecv buffer", s)?;
         // SAFETY: NULL or an mhandle of ours (checked by its magic).
         let m = unsafe { transport::mr_ref(m) }?;
-        check_fits(c, m)?;
         let rkeys = match (s, m) {
-            (_, Some(m)) => m.rkeys(),
+            (_, Some(m)) if m.fits(c) => m.rkeys(),
+            (_, Some(m)) => return Err(not_fitting(c, m)),
             (0, None) => [0; ferro_proto::MAX_DEVS],
-            (_, None) => {
-                return Err(Error::Usage(format!(
-                    "irecv buffer {i} of {s} bytes without a memory handle"
-                )));
-            }
+            (_, None) => return Err(without_handle(i, s)),
         };
         buf.write(transport::RecvBuf {
             addr: d as u64,

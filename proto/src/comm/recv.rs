@@ -223,7 +223,9 @@ impl RecvCore {
         }
     }
 
-    /// Posts a receive group of `bufs.len()` buffers (1 to [`MAX_RECVS`]).
+    /// Posts a receive group of `bufs.len()` buffers (1 to [`MAX_RECVS`]). Inline: its one
+    /// caller on the data path then builds the answer in place instead of copying it out.
+    #[inline]
     pub fn irecv(&mut self, bufs: &[RecvBuf]) -> Result<RecvStep, CoreError> {
         if bufs.is_empty() || bufs.len() > MAX_RECVS {
             return Err(CoreError::Usage(format!(
