@@ -121,7 +121,15 @@ pub(super) fn read_sizes(sizes: &RegBuf, seq: u64, n: usize) -> [u32; MAX_RECVS]
 impl Comm {
     /// Drains every member device's CQ, handing each successful completion to `on_wc`; a
     /// failed completion becomes the comm's sticky failure.
-    pub(super) fn poll<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+    pub(super) fn poll<C: CoreOps>(&self, core: &mut C, on_wc: impl FnMut(&mut C, &ibv_wc)) {
+        self.poll_inline(core, on_wc);
+    }
+
+    /// [`Comm::poll`], inlined into `test`: a waiting `test` is mostly this poll, and a call of
+    /// its own (saving and restoring registers, a frame for the completions) costs about as
+    /// much as an empty poll's own work.
+    #[inline(always)]
+    fn poll_inline<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
         for (m, rail) in self.ep.rails.iter().enumerate() {
             self.poll_rail(m, rail, core, &mut on_wc);
         }
@@ -331,7 +339,7 @@ impl Comm {
     ) -> Result<Option<Done>> {
         if core.is_pending(idx) {
             if core.health().failure().is_none() {
-                self.poll(core, on_wc);
+                self.poll_inline(core, on_wc);
             }
             // Still pending, nothing changed by the wait hook (no recovery step, no look) and
             // no failure found by the poll: not done yet.

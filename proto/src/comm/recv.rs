@@ -125,6 +125,12 @@ impl CtsWrite {
         self.ranges.iter().filter(|r| !r.is_empty()).cloned()
     }
 
+    /// Whether the run wraps around the end of the ring (two ranges, two work requests).
+    #[inline]
+    pub fn wraps(&self) -> bool {
+        !self.ranges[1].is_empty()
+    }
+
     /// Receive groups this write announces.
     pub fn groups(&self) -> u64 {
         self.to - self.from
@@ -373,6 +379,8 @@ impl RecvCore {
     /// FIFO slot of group `seq`; it is called once, when a group of several buffers finishes.
     /// A completion of work posted before the last recovery (another epoch), or polled while
     /// the comm is stopped, is ignored: what the comm reported at its stop is the truth.
+    /// Inline: it runs inside the poll of `test`, once per completion.
+    #[inline]
     pub fn handle_completion(
         &mut self,
         wr_id: u64,
