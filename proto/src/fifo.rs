@@ -6,7 +6,9 @@
 //! reads the same slot and knows it is the fresh one when the entry's `seq` field equals `k + 1`
 //! (modulo 2^32) and its check word matches the other fields: an entry left from 32 receives ago
 //! has another `seq`, and one the NIC is still writing (torn) fails the check, so it is simply
-//! "not yet".
+//! "not yet". The check folds the entry's other seven words pairwise through 128-bit products
+//! and folds the results again (five multiplications, no byte handling: entries are built and
+//! read as whole words); any mix of an old entry's words with a new one's changes it.
 //!
 //! Entry layout (little-endian):
 //! `0 seq u32 | 4 size u32 | 8 addr u64 | 16 tag i32 | 20 nreqs u16 | 22 idx u16 |
@@ -48,43 +50,65 @@ pub struct CtsEntry {
     pub idx: u16,
 }
 
+/// One step of the check: the 128-bit product of the two words, folded to 64 bits. A change
+/// of either word changes the result (for all but a vanishing fraction of values), and unlike a
+/// sum no structured difference of two words cancels out.
+#[inline(always)]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a).wrapping_mul(u128::from(b));
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Keys of the check (odd, dense in ones), one per word, so that no word's value can zero
+/// its product by chance of a common pattern (0, all ones, a small number).
+const K: [u64; 10] = [
+    0xa076_1d64_78bd_642f,
+    0xe703_7ed1_a0b4_28db,
+    0x8ebc_6af0_9c88_c6e3,
+    0x5899_65cc_7537_4cc3,
+    0x1d8e_4e27_c47d_124f,
+    0x9e37_79b9_7f4a_7c15,
+    0xbf58_476d_1ce4_e5b9,
+    0x94d0_49bb_1331_11eb,
+    0xd6e8_feb8_6659_fd93,
+    0xff51_afd7_ed55_8ccd,
+];
+
+/// The check word of an entry's first [`CHECK_AT`] / 8 words (the first with the sequence
+/// number in its low half): pairs of words are folded ([`fold`]) and the folds folded again,
+/// which costs five multiplications. Never 0, so a zeroed FIFO never holds a valid entry.
 #[inline]
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+fn check_of(w: &[u64; ENTRY_WORDS]) -> u64 {
+    let a = fold(w[0] ^ K[0], w[1] ^ K[1]);
+    let b = fold(w[2] ^ K[2], w[3] ^ K[3]);
+    let c = fold(w[4] ^ K[4], w[5] ^ K[5]);
+    let d = fold(w[6] ^ K[6], w[0] ^ K[7]);
+    fold(a ^ c ^ K[8], b ^ d ^ K[9]) | 1
 }
 
 impl CtsEntry {
+    /// The entry as the [`ENTRY_WORDS`] little-endian `u64` words of its layout, check word
+    /// included: what the receiver stages (whole stores, no byte shuffling) and the sender
+    /// reads ([`CtsEntry::decode_words`]).
     #[inline]
-    fn check(&self) -> u64 {
-        let mut h = mix((self.seq & 0xffff_ffff) ^ 0x4645_5252_4f43_5453);
-        h = mix(h ^ self.addr);
-        h = mix(h ^ u64::from(self.size));
-        h = mix(h
-            ^ (u64::from(self.tag as u32) << 32
-                | u64::from(self.nreqs) << 16
-                | u64::from(self.idx)));
-        for pair in self.rkeys.chunks_exact(2) {
-            h = mix(h ^ (u64::from(pair[0]) << 32 | u64::from(pair[1])));
+    pub fn encode_words(&self) -> [u64; ENTRY_WORDS] {
+        let mut w = [0u64; ENTRY_WORDS];
+        w[0] = u64::from(self.seq as u32) | u64::from(self.size) << 32;
+        w[1] = self.addr;
+        w[2] = u64::from(self.tag as u32) | u64::from(self.nreqs) << 32 | u64::from(self.idx) << 48;
+        for (i, k) in self.rkeys.iter().enumerate() {
+            w[RKEYS_AT / 8 + i / 2] |= u64::from(*k) << (32 * (i % 2));
         }
-        h | 1
+        w[CHECK_AT / 8] = check_of(&w);
+        w
     }
 
+    /// The entry's bytes ([`CtsEntry::encode_words`], little-endian).
     pub fn encode(&self) -> [u8; ENTRY_SIZE] {
         let mut b = [0u8; ENTRY_SIZE];
-        b[0..4].copy_from_slice(&(self.seq as u32).to_le_bytes());
-        b[4..8].copy_from_slice(&self.size.to_le_bytes());
-        b[8..16].copy_from_slice(&self.addr.to_le_bytes());
-        b[16..20].copy_from_slice(&self.tag.to_le_bytes());
-        b[20..22].copy_from_slice(&self.nreqs.to_le_bytes());
-        b[22..24].copy_from_slice(&self.idx.to_le_bytes());
-        for (i, k) in self.rkeys.iter().enumerate() {
-            b[RKEYS_AT + 4 * i..RKEYS_AT + 4 * i + 4].copy_from_slice(&k.to_le_bytes());
+        for (chunk, w) in b.chunks_exact_mut(8).zip(self.encode_words()) {
+            chunk.copy_from_slice(&w.to_le_bytes());
         }
-        b[CHECK_AT..].copy_from_slice(&self.check().to_le_bytes());
         b
     }
 
@@ -115,7 +139,7 @@ impl CtsEntry {
             idx: (w[2] >> 48) as u16,
             rkeys: core::array::from_fn(|i| (w[RKEYS_AT / 8 + i / 2] >> (32 * (i % 2))) as u32),
         };
-        let valid = w[CHECK_AT / 8] == e.check()
+        let valid = w[CHECK_AT / 8] == check_of(w)
             && e.nreqs >= 1
             && usize::from(e.nreqs) <= MAX_RECVS
             && e.idx < e.nreqs;
@@ -245,6 +269,35 @@ mod tests {
         assert_eq!(CtsEntry::decode(&b, g), Some(x));
         assert_eq!(CtsEntry::decode(&b, g - 32), None);
         assert_eq!(CtsEntry::decode(&b, g + 32), None);
+    }
+
+    #[test]
+    fn a_change_of_any_one_bit_of_an_entry_fails_its_check() {
+        let w = e(40, 1, 3, 7, 4096).encode_words();
+        for word in 0..ENTRY_WORDS {
+            for bit in 0..64 {
+                let mut x = w;
+                x[word] ^= 1 << bit;
+                // A flipped bit of the sequence number makes it another group's entry: not
+                // this one's either way.
+                assert_eq!(
+                    CtsEntry::decode_words(&x, 40),
+                    None,
+                    "word {word} bit {bit}"
+                );
+            }
+        }
+        assert!(CtsEntry::decode_words(&w, 40).is_some());
+    }
+
+    #[test]
+    fn words_and_bytes_encode_the_same_entry() {
+        let x = e(7, 2, 4, -3, 1 << 30);
+        let b = x.encode();
+        for (i, w) in x.encode_words().iter().enumerate() {
+            assert_eq!(b[8 * i..8 * i + 8], w.to_le_bytes());
+        }
+        assert_eq!(CtsEntry::decode(&b, 7), Some(x));
     }
 
     #[test]

@@ -124,6 +124,24 @@ impl<'a> VolatileRegion<'a> {
         // memory that is never referenced; the buffer lives as long as 'a.
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
     }
+
+    /// Stores the `N` words at `off`, little-endian: whole 8-byte stores when the address is
+    /// 8-byte aligned, else the words' bytes. Plain stores, as [`VolatileRegion::write`].
+    #[inline]
+    pub fn write_words<const N: usize>(&self, off: usize, words: &[u64; N]) {
+        let base = self.at(off, 8 * N);
+        if (base as usize) % 8 == 0 {
+            for (i, w) in words.iter().enumerate() {
+                // SAFETY: in bounds (checked by `at`) and 8-byte aligned (checked); the buffer
+                // lives as long as 'a and is never referenced.
+                unsafe { base.cast::<u64>().add(i).write(w.to_le()) };
+            }
+        } else {
+            for (i, w) in words.iter().enumerate() {
+                self.write(off + 8 * i, &w.to_le_bytes());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -153,6 +171,18 @@ mod tests {
         assert_eq!(r.read::<16>(3), bytes[3..19]);
         assert_eq!(r.read::<5>(8), bytes[8..13]);
         assert_eq!(r.read::<1>(31), [bytes[31]]);
+    }
+
+    #[test]
+    fn words_written_read_back_whole_or_as_bytes_aligned_or_not() {
+        let b = buf();
+        let r = b.volatile();
+        let w = [0x0102_0304_0506_0708u64, u64::MAX, 0];
+        r.write_words(8, &w);
+        assert_eq!(r.read_words::<3>(8), w);
+        assert_eq!(r.read::<8>(8), w[0].to_le_bytes());
+        r.write_words(33, &[w[0], w[1]]);
+        assert_eq!(r.read_words::<2>(33), [w[0], w[1]]);
     }
 
     #[test]

@@ -123,6 +123,24 @@ fn check_fits(c: &transport::Comm, m: Option<&transport::MrHandle>) -> Result<()
     }
 }
 
+/// [`check_fits`]'s error, out of line (a receive checks each buffer's handle in place).
+#[cold]
+#[inline(never)]
+fn not_fitting(c: &transport::Comm, m: &transport::MrHandle) -> Error {
+    match check_fits(c, Some(m)) {
+        Err(e) => e,
+        Ok(()) => Error::Internal("a memory handle both fits and does not".into()),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn without_handle(i: usize, s: u32) -> Error {
+    Error::Usage(format!(
+        "irecv buffer {i} of {s} bytes without a memory handle"
+    ))
+}
+
 /// The first step of `isend`, `irecv` and `iflush`, before anything else happens: refuses a
 /// NULL `request` (nothing is matched or posted, so no request slot is taken and no data is in
 /// flight behind an error), then writes NULL to `*request`, so that every later return, an
@@ -309,28 +327,18 @@ pub(super) fn irecv<S: SizeArg>(
     }
     // Only the first n entries are written and read: no zeroing of the rest per call.
     let mut bufs = [const { MaybeUninit::<transport::RecvBuf>::uninit() }; plugin::MAX_RECVS];
-    let mut ph = [const { MaybeUninit::<*mut c_void>::uninit() }; plugin::MAX_RECVS];
-    for (i, (buf, ph)) in bufs.iter_mut().zip(ph.iter_mut()).enumerate().take(n) {
+    let dev = c.device();
+    for (i, buf) in bufs.iter_mut().enumerate().take(n) {
         // SAFETY: NCCL passes arrays of n elements each (checked non-NULL above).
         let (d, s, t, m) = unsafe { (*data.add(i), *sizes.add(i), *tags.add(i), *mhandles.add(i)) };
-        ph.write(if phandles.is_null() {
-            core::ptr::null_mut()
-        } else {
-            // SAFETY: a non-NULL phandles array has n elements, like the others.
-            unsafe { *phandles.add(i) }
-        });
-        let s = request_bytes(c.device(), "irecv buffer", s)?;
+        let s = request_bytes(dev, "irecv buffer", s)?;
         // SAFETY: NULL or an mhandle of ours (checked by its magic).
         let m = unsafe { transport::mr_ref(m) }?;
-        check_fits(c, m)?;
         let rkeys = match (s, m) {
-            (_, Some(m)) => m.rkeys(),
+            (_, Some(m)) if m.fits(c) => m.rkeys(),
+            (_, Some(m)) => return Err(not_fitting(c, m)),
             (0, None) => [0; ferro_proto::MAX_DEVS],
-            (_, None) => {
-                return Err(Error::Usage(format!(
-                    "irecv buffer {i} of {s} bytes without a memory handle"
-                )));
-            }
+            (_, None) => return Err(without_handle(i, s)),
         };
         buf.write(transport::RecvBuf {
             addr: d as u64,
@@ -339,13 +347,15 @@ pub(super) fn irecv<S: SizeArg>(
             rkeys,
         });
     }
-    // SAFETY: the loop above wrote the first n entries of both arrays (n <= MAX_RECVS; any
-    // early return left them unread); MaybeUninit<T> has T's layout.
-    let (bufs, ph) = unsafe {
-        (
-            core::slice::from_raw_parts(bufs.as_ptr().cast::<transport::RecvBuf>(), n),
-            core::slice::from_raw_parts(ph.as_ptr().cast::<*mut c_void>(), n),
-        )
+    // SAFETY: the loop above wrote the first n entries (n <= MAX_RECVS; any early return left
+    // them unread); MaybeUninit<T> has T's layout.
+    let bufs =
+        unsafe { core::slice::from_raw_parts(bufs.as_ptr().cast::<transport::RecvBuf>(), n) };
+    let ph: &[*mut c_void] = if phandles.is_null() {
+        &[]
+    } else {
+        // SAFETY: a non-NULL phandles array has n elements, like the others.
+        unsafe { core::slice::from_raw_parts(phandles, n) }
     };
     let r = c.irecv(bufs, Phandles::of(ph))?;
     out(

@@ -90,10 +90,25 @@ impl Comm {
         core: &mut RecvCore,
         w: &CtsWrite,
     ) -> Result<()> {
+        // A chain with room for what the write needs: most writes are one range, and an
+        // empty work request slot costs its initialisation.
+        if w.wraps() {
+            self.post_cts_in::<2>(mem, core, w)
+        } else {
+            self.post_cts_in::<1>(mem, core, w)
+        }
+    }
+
+    fn post_cts_in<const N: usize>(
+        &self,
+        mem: &ReceiverMem,
+        core: &mut RecvCore,
+        w: &CtsWrite,
+    ) -> Result<()> {
         let member = self.ep.layout().local_dev(CTS_QP);
         let remote_key = mem.peer_fifo.1[self.ep.layout().remote_dev(CTS_QP)];
         let n = w.ranges().count();
-        let mut chain = SendChain::<Fixed<2>>::fixed();
+        let mut chain = SendChain::<Fixed<N>>::fixed();
         for (i, r) in w.ranges().enumerate() {
             let local = mem.cts_stage.sge(member, r.start, r.len() as u32);
             let remote = RemoteAddr {

@@ -34,9 +34,9 @@ pub(super) trait RecoverOps {
 
 /// What `test` and the periodic look need from either side's core.
 pub(super) trait CoreOps: Recovering + RecoverOps {
-    fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
     fn is_pending(&self, req: u32) -> bool;
-    /// `take_done`, else the comm's failure (`ferro_proto::comm::test_outcome`).
+    /// The request's result when done (it is then freed), else the comm's failure
+    /// (`ferro_proto::comm::test_outcome`).
     fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
     fn health(&self) -> &CommHealth;
     fn health_mut(&mut self) -> &mut CommHealth;
@@ -47,9 +47,6 @@ pub(super) trait CoreOps: Recovering + RecoverOps {
 macro_rules! core_ops {
     ($t:ty) => {
         impl CoreOps for $t {
-            fn take_done(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
-                <$t>::take_done(self, req)
-            }
             fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
                 <$t>::test(self, req)
             }
@@ -124,12 +121,21 @@ pub(super) fn read_sizes(sizes: &RegBuf, seq: u64, n: usize) -> [u32; MAX_RECVS]
 impl Comm {
     /// Drains every member device's CQ, handing each successful completion to `on_wc`; a
     /// failed completion becomes the comm's sticky failure.
-    pub(super) fn poll<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+    pub(super) fn poll<C: CoreOps>(&self, core: &mut C, on_wc: impl FnMut(&mut C, &ibv_wc)) {
+        self.poll_inline(core, on_wc);
+    }
+
+    /// [`Comm::poll`], inlined into `test`: a waiting `test` is mostly this poll, and a call of
+    /// its own (saving and restoring registers, a frame for the completions) costs about as
+    /// much as an empty poll's own work.
+    #[inline(always)]
+    fn poll_inline<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
         for (m, rail) in self.ep.rails.iter().enumerate() {
             self.poll_rail(m, rail, core, &mut on_wc);
         }
     }
 
+    #[inline]
     fn poll_rail<C: CoreOps>(
         &self,
         m: usize,
@@ -144,15 +150,12 @@ impl Comm {
             core.health_mut().counters.polls += 1;
             let wcs = match rail.cq.poll_into(&mut room) {
                 Ok([]) => {
+                    // The common answer while waiting: nothing more to do.
                     core.health_mut().counters.empty_polls += 1;
-                    &[][..]
-                }
-                Ok(wcs) => wcs,
-                Err(e) => {
-                    let v = verdict::refused(&self.describe(), &e);
-                    self.execute(core, v, &mut |_| {});
                     return;
                 }
+                Ok(wcs) => wcs,
+                Err(e) => return self.poll_refused(core, &e),
             };
             let n = wcs.len();
             if let Some(c) = core.health_mut().counters.member_completions.get_mut(m) {
@@ -162,29 +165,46 @@ impl Comm {
                 if wc.status == IBV_WC_SUCCESS {
                     crate::profiler::on_completion(self, wc);
                     on_wc(core, wc);
-                } else if !core.recovery().counts(wr_id::epoch_of(wc.wr_id)) {
-                    // Work of an earlier epoch (its QP was torn down by a recovery) or polled
-                    // while the comm is stopped: flushed as expected, no news.
                 } else {
-                    let failed = FailedCompletion {
-                        device: &rail.dev.ibdev,
-                        port: rail.dev.port,
-                        status: wc.status,
-                        status_name: wc_status_name(wc.status),
-                        vendor_err: wc.vendor_err,
-                        opcode: wc.opcode,
-                        qp_num: wc.qp_num,
-                    };
-                    let recover = core.health().recovers_in_place();
-                    let v = verdict::failed_completion(&self.describe(), &failed, recover);
-                    // Inside a poll: the poll under way is the last one.
-                    self.execute(core, v, &mut |_| {});
+                    self.failed_completion(core, rail, wc);
                 }
             }
             if n < WCS_PER_POLL {
                 return;
             }
         }
+    }
+
+    /// `ibv_poll_cq` refused: the fault policy's verdict on it.
+    #[cold]
+    #[inline(never)]
+    fn poll_refused<C: CoreOps>(&self, core: &mut C, e: &ferro_verbs::Error) {
+        let v = verdict::refused(&self.describe(), e);
+        self.execute(core, v, &mut |_| {});
+    }
+
+    /// A completion in error polled from `rail`'s CQ: no news when it is work of an earlier
+    /// epoch (its QP was torn down by a recovery) or polled while the comm is stopped (flushed
+    /// as expected); else the fault policy's verdict on it, executed inside the poll (the poll
+    /// under way is the last one).
+    #[cold]
+    #[inline(never)]
+    fn failed_completion<C: CoreOps>(&self, core: &mut C, rail: &Rail, wc: &ibv_wc) {
+        if !core.recovery().counts(wr_id::epoch_of(wc.wr_id)) {
+            return;
+        }
+        let failed = FailedCompletion {
+            device: &rail.dev.ibdev,
+            port: rail.dev.port,
+            status: wc.status,
+            status_name: wc_status_name(wc.status),
+            vendor_err: wc.vendor_err,
+            opcode: wc.opcode,
+            qp_num: wc.qp_num,
+        };
+        let recover = core.health().recovers_in_place();
+        let v = verdict::failed_completion(&self.describe(), &failed, recover);
+        self.execute(core, v, &mut |_| {});
     }
 
     /// Reads the out-of-band socket: the recovery messages it brings are queued for
@@ -307,35 +327,32 @@ impl Comm {
         }
     }
 
-    /// `test` on one side's core.
+    /// `test` on one side's core. The answer while waiting (pending before and after this
+    /// call's poll, no look due, the comm healthy) is reached with two look-ups of the request,
+    /// one poll per member CQ and a counter; everything else takes the core's full `test`.
+    #[inline]
     fn test_with<C: CoreOps>(
         &self,
         core: &mut C,
         idx: u32,
         on_wc: impl FnMut(&mut C, &ibv_wc) + Copy,
     ) -> Result<Option<Done>> {
-        // `is_pending` first: while waiting, the answer is "not yet" and nothing is taken.
-        if !core.is_pending(idx) {
-            if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
-                return Ok(Some(d));
+        if core.is_pending(idx) {
+            if core.health().failure().is_none() {
+                self.poll_inline(core, on_wc);
+            }
+            // Still pending, nothing changed by the wait hook (no recovery step, no look) and
+            // no failure found by the poll: not done yet.
+            if core.is_pending(idx)
+                && !self.on_wait(core, on_wc)
+                && core.health().failure().is_none()
+            {
+                return Ok(None);
             }
         }
-        if core.health().failure().is_none() {
-            self.poll(core, on_wc);
-        }
-        if !core.is_pending(idx) {
-            if let Some(d) = core.take_done(idx).map_err(|e| self.core_error(e))? {
-                return Ok(Some(d));
-            }
-        }
-        if !self.on_wait(core, on_wc) {
-            // Nothing polled or changed since the look-up above: not done, or the comm's
-            // failure (one found by this call's poll).
-            return ferro_proto::comm::test_outcome(None, core.health())
-                .map_err(|e| self.core_error(e));
-        }
-        // The look may have polled once more before failing the comm: a request that poll
-        // completed is done; only one still pending gets the failure.
+        // Done (and freed), not in flight (a usage error), or the comm's failure for a request
+        // still pending: a request that the last poll completed is done, even once the comm
+        // failed (the look may have polled once more before failing it).
         core.test(idx).map_err(|e| self.core_error(e))
     }
 

@@ -42,7 +42,8 @@ impl Comm {
         // Staged now, written now or by a later call (coalesced with the receives after it).
         let off = post.stage_offset();
         for (i, e) in core.posted_entries().iter().enumerate() {
-            mem.cts_stage.write(off + i * ENTRY_SIZE, &e.encode());
+            mem.cts_stage
+                .write_words(off + i * ENTRY_SIZE, &e.encode_words());
         }
         if let Some(w) = &post.cts {
             self.post_cts(mem, &mut core, w)?;

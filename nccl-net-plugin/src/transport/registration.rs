@@ -53,6 +53,8 @@ pub struct MrHandle {
     pub(super) magic: u64,
     members: Vec<MemberMr>,
     kind: MemKind,
+    /// The remote key on each member, by member (0 past the last): read by every `irecv`.
+    rkeys: Keys,
 }
 
 impl MrHandle {
@@ -61,9 +63,10 @@ impl MrHandle {
         self.members.get(m).map_or(0, |x| x.mr.rkey())
     }
 
-    /// The remote keys by member.
+    /// The remote keys by member (kept from registration).
+    #[inline]
     pub fn rkeys(&self) -> Keys {
-        core::array::from_fn(|m| self.rkey(m))
+        self.rkeys
     }
 
     /// The local keys by member.
@@ -117,10 +120,12 @@ fn reg_members(
             }
         }
     }
+    let rkeys = core::array::from_fn(|m| members.get(m).map_or(0, |x| x.mr.rkey()));
     Ok(Box::new(MrHandle {
         magic: ObjectKind::MemHandle.magic(),
         members,
         kind,
+        rkeys,
     }))
 }
 
@@ -288,6 +293,7 @@ mod tests {
             magic: ObjectKind::MemHandle.magic(),
             members: Vec::new(),
             kind: MemKind::Host,
+            rkeys: [0; ferro_proto::MAX_DEVS],
         });
         let p: *mut core::ffi::c_void = Box::into_raw(h).cast();
         // SAFETY: a handle as the shim hands it out, not yet deregistered.

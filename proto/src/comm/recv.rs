@@ -125,6 +125,12 @@ impl CtsWrite {
         self.ranges.iter().filter(|r| !r.is_empty()).cloned()
     }
 
+    /// Whether the run wraps around the end of the ring (two ranges, two work requests).
+    #[inline]
+    pub fn wraps(&self) -> bool {
+        !self.ranges[1].is_empty()
+    }
+
     /// Receive groups this write announces.
     pub fn groups(&self) -> u64 {
         self.to - self.from
@@ -223,7 +229,9 @@ impl RecvCore {
         }
     }
 
-    /// Posts a receive group of `bufs.len()` buffers (1 to [`MAX_RECVS`]).
+    /// Posts a receive group of `bufs.len()` buffers (1 to [`MAX_RECVS`]). Inline: its one
+    /// caller on the data path then builds the answer in place instead of copying it out.
+    #[inline]
     pub fn irecv(&mut self, bufs: &[RecvBuf]) -> Result<RecvStep, CoreError> {
         if bufs.is_empty() || bufs.len() > MAX_RECVS {
             return Err(CoreError::Usage(format!(
@@ -371,6 +379,8 @@ impl RecvCore {
     /// FIFO slot of group `seq`; it is called once, when a group of several buffers finishes.
     /// A completion of work posted before the last recovery (another epoch), or polled while
     /// the comm is stopped, is ignored: what the comm reported at its stop is the truth.
+    /// Inline: it runs inside the poll of `test`, once per completion.
+    #[inline]
     pub fn handle_completion(
         &mut self,
         wr_id: u64,

@@ -48,13 +48,21 @@ impl Sticky {
         self.0.is_some()
     }
 
-    /// `Err` with the failure in force, if any.
+    /// `Err` with the failure in force, if any (inline: on the data path the answer is `Ok`,
+    /// one compare; the failure's copy is out of line).
+    #[inline]
     pub fn check(&self) -> Result<(), Failure> {
         match &self.0 {
-            Some(f) => Err(f.clone()),
+            Some(f) => Err(copy_of(f)),
             None => Ok(()),
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn copy_of(f: &Failure) -> Failure {
+    f.clone()
 }
 
 /// How often a comm that waits looks at the world (the peer's out-of-band connection, the

@@ -81,4 +81,10 @@ impl RegBuf {
     pub(in crate::transport) fn write(&self, off: usize, bytes: &[u8]) {
         self.buf.volatile().write(off, bytes);
     }
+
+    /// Stores `N` `u64` words at `off`, little-endian ([`ferro_verbs::VolatileRegion::write_words`]).
+    #[inline]
+    pub(in crate::transport) fn write_words<const N: usize>(&self, off: usize, words: &[u64; N]) {
+        self.buf.volatile().write_words(off, words);
+    }
 }
