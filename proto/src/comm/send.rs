@@ -259,7 +259,9 @@ impl SendCore {
         lkeys: Keys,
         mut read_entry: impl FnMut(u64, usize) -> Option<CtsEntry>,
     ) -> Result<SendStep, CoreError> {
-        self.health.check()?;
+        if let Some(f) = self.health.failure() {
+            return Err(failed(f));
+        }
         if self.recovery.is_stopped() {
             let epoch = self.recovery.epoch();
             return Ok(self.retry(SendWait::Recovering { epoch }));
@@ -294,9 +296,13 @@ impl SendCore {
         // retried below leaves its entry untaken, and the next one overwrites the item.
         let g = &mut self.cur;
         g.items[i] = item;
+        // The QPs of the group (needed only by the send that completes it).
+        let mut qps = 0..0;
         if completes {
             // The last send of the group: it is taken only if the group's writes fit now.
-            if let Some(qp) = self.room.full_qp(gseq, &g.items[..g.n], &self.layout) {
+            qps = self.layout.group_qps(gseq);
+            let items = &g.items[..g.n];
+            if let Some(qp) = self.room.full_qp_of(gseq, qps.clone(), items, &self.layout) {
                 return Ok(self.retry(SendWait::QueueFull { seq: gseq, qp }));
             }
         }
@@ -329,13 +335,18 @@ impl SendCore {
         // Field by field: only the group's own items are copied (one for a single buffer).
         let f = &mut self.inflight[slot(gseq)];
         f.seq = gseq;
-        f.remaining = self.layout.group_qps(gseq).len() as u32;
+        f.remaining = qps.len() as u32;
         f.reqs = g.reqs;
         f.n = g.n;
-        f.items[..g.n].copy_from_slice(&g.items[..g.n]);
+        if g.n == 1 {
+            // A plain move of one item rather than a copy of a slice of them.
+            f.items[0] = g.items[0];
+        } else {
+            f.items[..g.n].copy_from_slice(&g.items[..g.n]);
+        }
         f.replay = 0;
-        // The send that completes the group ran `full_qp` on these same items above.
-        self.room.take_counted(gseq, &self.layout);
+        // The send that completes the group ran `full_qp_of` on these same items above.
+        self.room.take_counted_of(qps);
         self.seq += 1;
         Ok(SendStep::Post { req })
     }
@@ -368,6 +379,12 @@ impl SendCore {
     /// The comm's first truncated send, once (the transport says it at INFO).
     pub fn take_truncation_note(&mut self) -> Option<Truncation> {
         self.truncation_note.take()
+    }
+
+    /// Whether [`SendCore::take_truncation_note`] has a note to give.
+    #[inline]
+    pub fn has_truncation_note(&self) -> bool {
+        self.truncation_note.is_some()
     }
 
     /// Opens the head group in place from its FIFO slot, if the receiver's entries are all
@@ -484,6 +501,13 @@ impl SendCore {
     pub fn in_flight(&self) -> usize {
         self.reqs.in_flight()
     }
+}
+
+/// The error of a call on a comm that failed earlier.
+#[cold]
+#[inline(never)]
+fn failed(f: &Failure) -> CoreError {
+    CoreError::Failed(f.clone())
 }
 
 fn slot(seq: u64) -> usize {

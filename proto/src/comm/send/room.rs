@@ -10,6 +10,7 @@
 //! counts are one vector per comm, sized once.
 
 use crate::plan::{self, AdaptiveRouting, QpLayout, SendItem};
+use std::ops::Range;
 
 /// Work requests held per QP, and how the send core counts a group's.
 #[derive(Debug, Clone)]
@@ -46,11 +47,10 @@ impl Room {
     /// that QP, `(qp, n)` (what [`plan::writes_per_qp`] counts for it); `None` for any other
     /// group, which is counted per QP.
     #[inline]
-    fn lone(&self, seq: u64, items: &[SendItem], layout: &QpLayout) -> Option<(usize, u32)> {
+    fn lone(&self, qps: &Range<usize>, items: &[SendItem]) -> Option<(usize, u32)> {
         let [one] = items else {
             return None;
         };
-        let qps = layout.group_qps(seq);
         if qps.len() != 1 || qps.start >= self.held.len() {
             return None;
         }
@@ -79,15 +79,25 @@ impl Room {
     /// group needs at most [`plan::largest_group_wrs`], within the room; only a test's tiny
     /// write limit makes a group larger than the room, and then it goes alone).
     pub fn full_qp(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) -> Option<usize> {
-        if let Some((q, n)) = self.lone(seq, items, layout) {
+        self.full_qp_of(seq, layout.group_qps(seq), items, layout)
+    }
+
+    /// [`Room::full_qp`] of group `seq`, whose QPs are `qps` (its [`QpLayout::group_qps`]).
+    #[inline]
+    pub fn full_qp_of(
+        &mut self,
+        seq: u64,
+        qps: Range<usize>,
+        items: &[SendItem],
+        layout: &QpLayout,
+    ) -> Option<usize> {
+        if let Some((q, n)) = self.lone(&qps, items) {
             self.need[q] = n;
             let held = self.held[q];
             return (held > 0 && held + n > self.cap).then_some(q);
         }
         self.count(seq, items, layout);
-        layout
-            .group_qps(seq)
-            .filter(|&q| q < self.held.len())
+        qps.filter(|&q| q < self.held.len())
             .find(|&q| self.held[q] > 0 && self.held[q] + self.need[q] > self.cap)
     }
 
@@ -104,7 +114,12 @@ impl Room {
     /// found fitting) are held, without counting its writes again: the caller passes the same
     /// group, with the same items, right after that call.
     pub fn take_counted(&mut self, seq: u64, layout: &QpLayout) {
-        let qps = layout.group_qps(seq);
+        self.take_counted_of(layout.group_qps(seq));
+    }
+
+    /// [`Room::take_counted`] of the group whose QPs are `qps`.
+    #[inline]
+    pub fn take_counted_of(&mut self, qps: Range<usize>) {
         if qps.len() == 1 {
             if let Some(h) = self.held.get_mut(qps.start) {
                 *h += self.need[qps.start];
@@ -112,14 +127,14 @@ impl Room {
             return;
         }
         let n = self.held.len();
-        for q in layout.group_qps(seq).filter(|&q| q < n) {
+        for q in qps.filter(|&q| q < n) {
             self.held[q] += self.need[q];
         }
     }
 
     /// Group `seq` is delivered: its work requests are retired.
     pub fn give_back(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
-        if let Some((q, n)) = self.lone(seq, items, layout) {
+        if let Some((q, n)) = self.lone(&layout.group_qps(seq), items) {
             self.held[q] = self.held[q].saturating_sub(n);
             return;
         }
@@ -178,7 +193,7 @@ mod tests {
                             plan::writes_per_qp(seq, &items, &layout, max_write, ar, |q, n| {
                                 planned[q] += n
                             });
-                            match room.lone(seq, &items, &layout) {
+                            match room.lone(&layout.group_qps(seq), &items) {
                                 Some((q, n)) => {
                                     let mut want = vec![0u32; layout.nqps];
                                     want[q] = n;
