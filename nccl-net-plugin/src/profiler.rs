@@ -438,10 +438,14 @@ pub fn on_send_matched(comm: &impl EventSource, req: u32, ph: *mut c_void) {
 /// profiler handle NCCL passed with it (NULL: none).
 #[inline]
 pub fn on_send_posted(comm: &impl EventSource, req: u32, ph: *mut c_void, group: &ReadyGroup<'_>) {
-    let Some(cb) = callback() else {
-        return;
-    };
-    let ph = ph as usize;
+    if let Some(cb) = callback() {
+        send_posted(comm, req, ph as usize, group, cb);
+    }
+}
+
+/// [`on_send_posted`] with a callback: out of line, so a post without one pays only the load.
+#[inline(never)]
+fn send_posted(comm: &impl EventSource, req: u32, ph: usize, group: &ReadyGroup<'_>, cb: Callback) {
     let mut book = if ph != 0 {
         book_of(comm, true)
     } else {

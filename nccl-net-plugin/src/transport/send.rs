@@ -36,7 +36,11 @@ impl Comm {
             (_, Some(m)) => m.lkeys(),
             (_, None) => return Err(no_memory_handle()),
         };
-        let mut core = self.lock(core)?;
+        // The comm's lock, taken once for the whole call (`Comm::lock`, with its error out of
+        // line).
+        let Ok(mut core) = core.lock() else {
+            return Err(lock_poisoned());
+        };
         let failed_before = core.health.failure().is_some();
         let step = match core.isend(tag, size, data, lkeys, |seq, i| read_entry(mem, seq, i)) {
             Ok(step) => step,
@@ -128,9 +132,13 @@ impl Comm {
         apart: &mut u64,
     ) -> Result<()> {
         let layout = self.ep.layout();
-        if let Some(w) =
-            plan::lone_write(group.seq, group.items(), &layout, self.ep.max_write, mem.ar)
-        {
+        if let Some(w) = plan::lone_write_on(
+            group.qps(),
+            group.items(),
+            &layout,
+            self.ep.max_write,
+            mem.ar,
+        ) {
             // The common group, one write: posted as it is planned, on the stack, without the
             // scratch buffers (nor their lock). A lone buffer's size travels as its immediate:
             // nothing is staged.
@@ -268,6 +276,12 @@ fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
     // The entry's fields are used only after this point.
     fence(Ordering::Acquire);
     e
+}
+
+#[cold]
+#[inline(never)]
+fn lock_poisoned() -> Error {
+    Error::Internal("comm unusable after an earlier internal error".into())
 }
 
 #[cold]

@@ -37,6 +37,7 @@ use crate::fifo::{self, CtsEntry};
 use crate::plan::{AdaptiveRouting, QpLayout, SendItem};
 use crate::recovery::Recovery;
 use crate::{MAX_RECVS, SLOTS};
+use std::ops::Range;
 
 /// Send requests one comm can hold: NCCL may post `NCCL_NET_MAX_REQUESTS x maxRecvs` isends.
 pub const SEND_REQS: usize = SLOTS * MAX_RECVS;
@@ -92,12 +93,20 @@ pub struct Truncation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadyGroup<'a> {
     pub seq: u64,
+    /// The QPs the group uses ([`QpLayout::group_qps`]), as `start..end`.
+    qps: (usize, usize),
     items: &'a [SendItem],
     reqs: &'a [u32],
     epoch: u32,
 }
 
 impl<'a> ReadyGroup<'a> {
+    /// The QPs the group uses ([`QpLayout::group_qps`] of its sequence number).
+    #[inline]
+    pub fn qps(&self) -> Range<usize> {
+        self.qps.0..self.qps.1
+    }
+
     /// The sends in the receiver's buffer order.
     pub fn items(&self) -> &'a [SendItem] {
         self.items
@@ -126,6 +135,8 @@ struct SendReq {
 #[derive(Debug, Clone, Copy)]
 struct GroupBuf {
     seq: u64,
+    /// The QPs of the group once complete ([`QpLayout::group_qps`]), as `start..end`.
+    qps: (usize, usize),
     entries: [CtsEntry; MAX_RECVS],
     n: usize,
     taken: [bool; MAX_RECVS],
@@ -144,6 +155,9 @@ struct InFlight {
     items: [SendItem; MAX_RECVS],
     /// The QPs whose shares a recovery replays (bit `q` for QP `q`); zero otherwise.
     replay: u128,
+    /// A group on one QP: `(qp, n)`, the work requests it holds there (what its delivery gives
+    /// back to the room, without counting its writes again); `None` for a group on several.
+    held_on: Option<(usize, u32)>,
 }
 
 const IDLE: InFlight = InFlight {
@@ -153,6 +167,7 @@ const IDLE: InFlight = InFlight {
     n: 0,
     items: [NO_ITEM; MAX_RECVS],
     replay: 0,
+    held_on: None,
 };
 
 const NO_ENTRY: CtsEntry = CtsEntry {
@@ -208,6 +223,7 @@ impl SendCore {
             seq: 0,
             cur: GroupBuf {
                 seq: 0,
+                qps: (0, 0),
                 entries: [NO_ENTRY; MAX_RECVS],
                 n: 0,
                 taken: [false; MAX_RECVS],
@@ -345,8 +361,9 @@ impl SendCore {
             f.items[..g.n].copy_from_slice(&g.items[..g.n]);
         }
         f.replay = 0;
+        g.qps = (qps.start, qps.end);
         // The send that completes the group ran `full_qp_of` on these same items above.
-        self.room.take_counted_of(qps);
+        f.held_on = self.room.take_counted_of(qps);
         self.seq += 1;
         Ok(SendStep::Post { req })
     }
@@ -357,6 +374,7 @@ impl SendCore {
         let g = &self.cur;
         ReadyGroup {
             seq: g.seq,
+            qps: g.qps,
             items: &g.items[..g.n],
             reqs: &g.reqs[..g.n],
             epoch: self.recovery.epoch(),
@@ -433,7 +451,10 @@ impl SendCore {
                         s.done = true;
                     }
                 }
-                self.room.give_back(seq, &f.items[..f.n], &self.layout);
+                match f.held_on {
+                    Some(held) => self.room.give_back_held(held),
+                    None => self.room.give_back(seq, &f.items[..f.n], &self.layout),
+                }
             }
         }
     }

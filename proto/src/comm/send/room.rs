@@ -117,18 +117,30 @@ impl Room {
         self.take_counted_of(layout.group_qps(seq));
     }
 
-    /// [`Room::take_counted`] of the group whose QPs are `qps`.
+    /// [`Room::take_counted`] of the group whose QPs are `qps`. A group on one QP returns
+    /// `(qp, n)`, the work requests it took there: what its delivery gives back
+    /// ([`Room::give_back_held`], the same as [`Room::give_back`] of the group).
     #[inline]
-    pub fn take_counted_of(&mut self, qps: Range<usize>) {
+    pub fn take_counted_of(&mut self, qps: Range<usize>) -> Option<(usize, u32)> {
         if qps.len() == 1 {
-            if let Some(h) = self.held.get_mut(qps.start) {
-                *h += self.need[qps.start];
-            }
-            return;
+            let q = qps.start;
+            let h = self.held.get_mut(q)?;
+            let n = self.need[q];
+            *h += n;
+            return Some((q, n));
         }
         let n = self.held.len();
         for q in qps.filter(|&q| q < n) {
             self.held[q] += self.need[q];
+        }
+        None
+    }
+
+    /// Group delivered that [`Room::take_counted_of`] held as `(qp, n)`.
+    #[inline]
+    pub fn give_back_held(&mut self, (q, n): (usize, u32)) {
+        if let Some(h) = self.held.get_mut(q) {
+            *h = h.saturating_sub(n);
         }
     }
 
@@ -236,6 +248,45 @@ mod tests {
                     );
                     counted.give_back(seq, &items, &layout);
                     assert!(held(&counted).iter().all(|&h| h == 0), "all given back");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_on_one_qp_gives_back_what_it_took_as_giving_it_back_by_its_items_would() {
+        for (nqps, split) in [(1, false), (4, false), (4, true)] {
+            let layout = QpLayout::new(nqps, split, 1, 1);
+            for items in [
+                vec![item(8)],
+                vec![item(0)],
+                vec![item(1 << 20), item(0), item(4096)],
+            ] {
+                for seq in 0..8 {
+                    let qps = layout.group_qps(seq);
+                    let (mut by_held, mut by_items) = (Room::new(nqps), Room::new(nqps));
+                    // Something already held, so that a wrong count would show.
+                    for r in [&mut by_held, &mut by_items] {
+                        assert_eq!(r.full_qp(seq + 8, &items, &layout), None);
+                        r.take_counted(seq + 8, &layout);
+                    }
+                    assert_eq!(by_held.full_qp_of(seq, qps.clone(), &items, &layout), None);
+                    let held_on = by_held.take_counted_of(qps.clone());
+                    assert_eq!(by_items.full_qp(seq, &items, &layout), None);
+                    by_items.take_counted(seq, &layout);
+                    assert_eq!(
+                        held_on.is_some(),
+                        qps.len() == 1,
+                        "{nqps} QPs, split {split}"
+                    );
+                    match held_on {
+                        Some(h) => by_held.give_back_held(h),
+                        None => by_held.give_back(seq, &items, &layout),
+                    }
+                    by_items.give_back(seq, &items, &layout);
+                    for q in 0..nqps {
+                        assert_eq!(by_held.held(q), by_items.held(q), "QP {q} of {nqps}");
+                    }
                 }
             }
         }
