@@ -91,8 +91,8 @@ impl MrHandle {
 
     /// The local keys by member.
     #[inline]
-    pub fn lkeys(&self) -> Keys {
-        self.lkeys
+    pub fn lkeys(&self) -> &Keys {
+        &self.lkeys
     }
 
     pub fn kind(&self) -> MemKind {

@@ -31,8 +31,9 @@ impl Comm {
         let Side::Sender { mem, core } = &self.side else {
             return Err(not_a_send_comm());
         };
+        const NO_KEYS: ferro_proto::Keys = [0; ferro_proto::MAX_DEVS];
         let lkeys = match (size, mh) {
-            (0, _) => [0; ferro_proto::MAX_DEVS],
+            (0, _) => &NO_KEYS,
             (_, Some(m)) => m.lkeys(),
             (_, None) => return Err(no_memory_handle()),
         };
@@ -264,14 +265,20 @@ impl Comm {
 
 /// Entry `i` of group `seq` from the sender's FIFO, if the receiver has written all of it
 /// ([`CtsEntry::decode_words`]).
-#[inline]
+#[inline(always)]
 fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
     let off = fifo::entry_offset(seq, i);
     // The sequence word first: while the clear-to-send has not arrived (the common answer of
-    // a retried send) nothing more is read.
+    // a retried send) nothing more is read, and the call costs this one load.
     if mem.fifo.read_u32_le(off) != fifo::expected_seq_word(seq) {
         return None;
     }
+    decode_entry(mem, off, seq)
+}
+
+/// The rest of [`read_entry`] once the sequence word is there: the whole entry, checked.
+#[inline(never)]
+fn decode_entry(mem: &SenderMem, off: usize, seq: u64) -> Option<CtsEntry> {
     let e = CtsEntry::decode_words(&mem.fifo.read_words::<ENTRY_WORDS>(off), seq);
     // The entry's fields are used only after this point.
     fence(Ordering::Acquire);

@@ -272,7 +272,7 @@ impl SendCore {
         tag: i32,
         size: u32,
         addr: u64,
-        lkeys: Keys,
+        lkeys: &Keys,
         mut read_entry: impl FnMut(u64, usize) -> Option<CtsEntry>,
     ) -> Result<SendStep, CoreError> {
         if let Some(f) = self.health.failure() {
@@ -303,7 +303,7 @@ impl SendCore {
         }
         let item = SendItem {
             addr,
-            lkeys,
+            lkeys: *lkeys,
             size: size.min(capacity),
             remote_addr: g.entries[i].addr,
             rkeys: g.entries[i].rkeys,
