@@ -120,7 +120,7 @@ impl Room {
     /// [`Room::take_counted`] of the group whose QPs are `qps`. A group on one QP returns
     /// `(qp, n)`, the work requests it took there: what its delivery gives back
     /// ([`Room::give_back_held`], the same as [`Room::give_back`] of the group).
-    #[inline]
+    #[inline(always)]
     pub fn take_counted_of(&mut self, qps: Range<usize>) -> Option<(usize, u32)> {
         if qps.len() == 1 {
             let q = qps.start;
