@@ -23,8 +23,9 @@
 //! Start, while its request is outstanding; nothing refers to it afterwards (NCCL reuses the
 //! slot). `iflush` and the clear-to-send writes have no events, as in NCCL's transport.
 //!
-//! Owns: the callback; [`Phandles`], the handles of one `isend`/`irecv`, which the shim passes to
-//! the transport's call as a value and the transport hands to the hooks; and each comm's
+//! Owns: the callback; [`Phandles`], the handles of one `irecv`, which the shim passes to the
+//! transport's call as a value and the transport hands to the hooks (an `isend`'s one handle
+//! goes as NCCL's pointer); and each comm's
 //! [`CommEvents`]: the open event handles per (request, buffer, QP), the handles of matched sends
 //! whose group is not yet posted, and the requests of each posted send group. The transport only
 //! calls one hook per place ([`on_send_matched`], [`on_send_posted`], [`on_recv_posted`],
@@ -91,8 +92,9 @@ fn plugin_id() -> i64 {
     NCCL_PROFILER_NET_TYPE_IB | NCCL_PROFILER_NET_IB_VER
 }
 
-/// The profiler handles NCCL passed with one `isend` (the first) or `irecv` (one per buffer),
-/// carried as a value from the shim to the transport's hooks; zeros are "no handle".
+/// The profiler handles NCCL passed with one `irecv` (one per buffer), carried as a value from
+/// the shim to the transport's hooks; zeros are "no handle". (An `isend`'s one handle travels
+/// as the pointer NCCL passed: the hooks look at it only when a callback is set.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Phandles([usize; MAX_RECVS]);
 
@@ -111,10 +113,6 @@ impl Phandles {
             }
         }
         Phandles(a)
-    }
-
-    fn first(&self) -> usize {
-        self.0[0]
     }
 
     fn any(&self) -> bool {
@@ -423,25 +421,31 @@ fn book_of(comm: &impl EventSource, send: bool) -> MutexGuard<'_, Book> {
     })
 }
 
-/// `isend` matched send request `req` to a buffer of a group that is not complete yet.
+/// `isend` matched send request `req` to a buffer of a group that is not complete yet. `ph`
+/// is the profiler handle NCCL passed with it (NULL: none).
 #[inline]
-pub fn on_send_matched(comm: &impl EventSource, req: u32, ph: Phandles) {
+pub fn on_send_matched(comm: &impl EventSource, req: u32, ph: *mut c_void) {
     if callback().is_none() {
         return;
     }
-    let ph = ph.first();
+    let ph = ph as usize;
     if ph != 0 {
         book_of(comm, true).send_matched(req, ph);
     }
 }
 
-/// `isend` of send request `req` completed `group`, whose writes were posted.
+/// `isend` of send request `req` completed `group`, whose writes were posted. `ph` is the
+/// profiler handle NCCL passed with it (NULL: none).
 #[inline]
-pub fn on_send_posted(comm: &impl EventSource, req: u32, ph: Phandles, group: &ReadyGroup<'_>) {
-    let Some(cb) = callback() else {
-        return;
-    };
-    let ph = ph.first();
+pub fn on_send_posted(comm: &impl EventSource, req: u32, ph: *mut c_void, group: &ReadyGroup<'_>) {
+    if let Some(cb) = callback() {
+        send_posted(comm, req, ph as usize, group, cb);
+    }
+}
+
+/// [`on_send_posted`] with a callback: out of line, so a post without one pays only the load.
+#[inline(never)]
+fn send_posted(comm: &impl EventSource, req: u32, ph: usize, group: &ReadyGroup<'_>, cb: Callback) {
     let mut book = if ph != 0 {
         book_of(comm, true)
     } else {

@@ -283,7 +283,7 @@ impl Wire {
                 m.tag,
                 m.sent,
                 self.src_addr[gi][mi],
-                [1; MAX_DEVS],
+                &[1; MAX_DEVS],
                 |seq, i| {
                     let at = fifo + fifo::entry_offset(seq, i);
                     CtsEntry::decode(&arena.read::<ENTRY_SIZE>(at), seq)

@@ -172,6 +172,27 @@ impl Qp {
         unsafe { ops::post_send(self.as_ptr(), head) }
     }
 
+    /// Posts one RDMA write alone: the same request as [`Qp::post`] of a chain holding only
+    /// [`SendChain::rdma_write`] of these arguments, built on this call's stack.
+    #[inline]
+    pub fn post_write(
+        &self,
+        wr_id: u64,
+        local: Option<wr::Sge>,
+        remote: wr::RemoteAddr,
+        imm: Option<u32>,
+        flags: wr::SendFlags,
+    ) -> Result<()> {
+        let mut one = wr::LoneWrite::new(wr_id, local, remote, imm, flags);
+        let head = one.link(self.max_inline);
+        // SAFETY: live QP. `head` is the request just linked inside `one`, which stays on this
+        // frame, unchanged, until the provider returns; the provider copies the request (an
+        // inline payload included) before returning. The local entry, if any, comes from
+        // `Sge::from_raw` or a live `Mr` (as for `Qp::post`), whose maker vouched for its
+        // registration; a remote address reaches only what the peer registered under its key.
+        unsafe { ops::post_send(self.as_ptr(), head) }
+    }
+
     /// Posts one receive with no scatter entry: it only consumes an immediate (a write with
     /// immediate's completion on this side).
     pub fn post_recv_empty(&self, wr_id: u64) -> Result<()> {

@@ -107,6 +107,65 @@ pub struct WrSlot {
 unsafe impl Send for WrSlot {}
 
 impl WrSlot {
+    /// A request with `local` as its scatter entry (none for an empty or missing one).
+    #[inline]
+    fn new(
+        wr_id: u64,
+        opcode: u32,
+        local: Option<Sge>,
+        remote: RemoteAddr,
+        imm: Option<u32>,
+        flags: SendFlags,
+    ) -> WrSlot {
+        let (sge, num_sge) = match local {
+            Some(s) if s.len > 0 => (
+                ibv_sge {
+                    addr: s.addr,
+                    length: s.len,
+                    lkey: s.lkey,
+                },
+                1,
+            ),
+            _ => (ibv_sge::default(), 0),
+        };
+        let mut wr = ibv_send_wr {
+            wr_id,
+            num_sge,
+            opcode,
+            send_flags: if flags.signaled { IBV_SEND_SIGNALED } else { 0 },
+            imm_data: imm.unwrap_or(0).to_be(),
+            ..Default::default()
+        };
+        wr.wr.rdma = ibv_rdma_info {
+            remote_addr: remote.addr,
+            rkey: remote.rkey,
+        };
+        WrSlot {
+            wr,
+            sge,
+            inline: flags.inline && num_sge == 1,
+        }
+    }
+
+    /// Links this request where it lies now, before `next`: its `sg_list` to its own entry (null
+    /// without one) and `IBV_SEND_INLINE` when asked for and the payload fits `inline_room`.
+    /// Returns the request, valid until the slot is next moved or changed.
+    #[inline]
+    fn link(&mut self, next: *mut ibv_send_wr, inline_room: u32) -> *mut ibv_send_wr {
+        self.wr.next = next;
+        self.wr.sg_list = if self.wr.num_sge > 0 {
+            &mut self.sge
+        } else {
+            core::ptr::null_mut()
+        };
+        if self.inline && self.sge.length <= inline_room {
+            self.wr.send_flags |= IBV_SEND_INLINE;
+        } else {
+            self.wr.send_flags &= !IBV_SEND_INLINE;
+        }
+        &mut self.wr
+    }
+
     fn empty() -> WrSlot {
         WrSlot {
             wr: ibv_send_wr::default(),
@@ -262,34 +321,8 @@ impl<S: Store> SendChain<S> {
         imm: Option<u32>,
         flags: SendFlags,
     ) {
-        let (sge, num_sge) = match local {
-            Some(s) if s.len > 0 => (
-                ibv_sge {
-                    addr: s.addr,
-                    length: s.len,
-                    lkey: s.lkey,
-                },
-                1,
-            ),
-            _ => (ibv_sge::default(), 0),
-        };
-        let mut wr = ibv_send_wr {
-            wr_id,
-            num_sge,
-            opcode,
-            send_flags: if flags.signaled { IBV_SEND_SIGNALED } else { 0 },
-            imm_data: imm.unwrap_or(0).to_be(),
-            ..Default::default()
-        };
-        wr.wr.rdma = ibv_rdma_info {
-            remote_addr: remote.addr,
-            rkey: remote.rkey,
-        };
-        self.store.push(WrSlot {
-            wr,
-            sge,
-            inline: flags.inline && num_sge == 1,
-        });
+        self.store
+            .push(WrSlot::new(wr_id, opcode, local, remote, imm, flags));
     }
 
     /// Links the chain where it lies now and returns its first request (null when empty):
@@ -300,18 +333,7 @@ impl<S: Store> SendChain<S> {
     pub(crate) fn link(&mut self, inline_room: u32) -> *mut ibv_send_wr {
         let mut next: *mut ibv_send_wr = core::ptr::null_mut();
         for slot in self.store.slots_mut().iter_mut().rev() {
-            slot.wr.next = next;
-            slot.wr.sg_list = if slot.wr.num_sge > 0 {
-                &mut slot.sge
-            } else {
-                core::ptr::null_mut()
-            };
-            if slot.inline && slot.sge.length <= inline_room {
-                slot.wr.send_flags |= IBV_SEND_INLINE;
-            } else {
-                slot.wr.send_flags &= !IBV_SEND_INLINE;
-            }
-            next = &mut slot.wr;
+            next = slot.link(next, inline_room);
         }
         next
     }
@@ -320,6 +342,35 @@ impl<S: Store> SendChain<S> {
     #[cfg(test)]
     fn slots(&self) -> &[WrSlot] {
         self.store.slots()
+    }
+}
+
+/// One RDMA write alone, without a chain (the common post of a send path): built and linked
+/// where it lies, by [`Qp::post_write`](crate::Qp::post_write).
+pub(crate) struct LoneWrite(WrSlot);
+
+impl LoneWrite {
+    /// As [`SendChain::rdma_write`] into an empty chain.
+    #[inline]
+    pub(crate) fn new(
+        wr_id: u64,
+        local: Option<Sge>,
+        remote: RemoteAddr,
+        imm: Option<u32>,
+        flags: SendFlags,
+    ) -> LoneWrite {
+        let opcode = if imm.is_some() {
+            IBV_WR_RDMA_WRITE_WITH_IMM
+        } else {
+            IBV_WR_RDMA_WRITE
+        };
+        LoneWrite(WrSlot::new(wr_id, opcode, local, remote, imm, flags))
+    }
+
+    /// As [`SendChain::link`] of a chain of this one request.
+    #[inline]
+    pub(crate) fn link(&mut self, inline_room: u32) -> *mut ibv_send_wr {
+        self.0.link(core::ptr::null_mut(), inline_room)
     }
 }
 

@@ -46,22 +46,36 @@ impl SizeArg for usize {
 /// `maxP2pBytes`, 4 GiB - 1: a request's size is 32 bits on the wire): a size that does not fit
 /// is an error naming it and the limit, never a truncation. v7/v8 `int` sizes never exceed it,
 /// so those versions refuse negative sizes only.
+#[inline]
 fn request_bytes<S: SizeArg>(dev: &crate::vnic::VDevice, what: &str, size: S) -> Result<u32> {
-    let bytes = size
-        .bytes()
-        .ok_or_else(|| Error::Usage(format!("{what} has negative size {size}")))?;
-    let max = dev.max_request_bytes();
-    if bytes > max {
-        return Err(Error::Usage(format!(
-            "{what} of {bytes} bytes exceeds what one request carries on {} ({max} bytes, the maxP2pBytes reported for the device: sizes are 32 bits on the wire); nothing was posted",
-            dev.label()
-        )));
+    match size.bytes() {
+        Some(bytes) if bytes <= dev.max_request_bytes() => {
+            u32::try_from(bytes).map_err(|_| too_large_for_u32(what, bytes))
+        }
+        _ => Err(size_refused(dev, what, size)),
     }
-    u32::try_from(bytes).map_err(|_| {
-        Error::Usage(format!(
-            "{what} of {bytes} bytes exceeds the 32-bit size a request carries"
-        ))
-    })
+}
+
+/// [`request_bytes`]'s refusal of a negative size or one above the device's limit.
+#[cold]
+#[inline(never)]
+fn size_refused<S: SizeArg>(dev: &crate::vnic::VDevice, what: &str, size: S) -> Error {
+    let Some(bytes) = size.bytes() else {
+        return Error::Usage(format!("{what} has negative size {size}"));
+    };
+    let max = dev.max_request_bytes();
+    Error::Usage(format!(
+        "{what} of {bytes} bytes exceeds what one request carries on {} ({max} bytes, the maxP2pBytes reported for the device: sizes are 32 bits on the wire); nothing was posted",
+        dev.label()
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn too_large_for_u32(what: &str, bytes: u64) -> Error {
+    Error::Usage(format!(
+        "{what} of {bytes} bytes exceeds the 32-bit size a request carries"
+    ))
 }
 
 /// A request's size as `test` reports it: `int` in every ABI version, so a receive of more than
@@ -113,12 +127,10 @@ pub(super) fn make_vdevice(
 }
 
 /// A memory handle must have been registered on the comm's own device(s).
+#[inline]
 fn check_fits(c: &transport::Comm, m: Option<&transport::MrHandle>) -> Result<()> {
     match m {
-        Some(m) if !m.fits(c) => Err(Error::Usage(format!(
-            "{}: memory handle registered on another device than the comm's",
-            c.device().label()
-        ))),
+        Some(m) if !m.fits(c) => Err(foreign_handle(c)),
         _ => Ok(()),
     }
 }
@@ -141,20 +153,34 @@ fn without_handle(i: usize, s: u32) -> Error {
     ))
 }
 
+#[cold]
+#[inline(never)]
+fn foreign_handle(c: &transport::Comm) -> Error {
+    Error::Usage(format!(
+        "{}: memory handle registered on another device than the comm's",
+        c.device().label()
+    ))
+}
+
 /// The first step of `isend`, `irecv` and `iflush`, before anything else happens: refuses a
 /// NULL `request` (nothing is matched or posted, so no request slot is taken and no data is in
 /// flight behind an error), then writes NULL to `*request`, so that every later return, an
 /// error included, leaves it written (NULL: no request), as the contract asks; success
 /// overwrites it.
+#[inline]
 fn clear_request(call: &str, request: *mut *mut c_void) -> Result<()> {
     if request.is_null() {
-        return Err(Error::Usage(format!(
-            "{call} with request NULL; nothing was posted"
-        )));
+        return Err(null_request(call));
     }
     // SAFETY: non-NULL; NCCL passes a valid, aligned out-pointer for the request.
     unsafe { request.write(core::ptr::null_mut()) };
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn null_request(call: &str) -> Error {
+    Error::Usage(format!("{call} with request NULL; nothing was posted"))
 }
 
 fn handle_mut<'a>(handle: *mut c_void) -> Result<&'a mut [u8; HANDLE_SIZE]> {
@@ -272,6 +298,9 @@ pub(super) fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> Result<()> {
 }
 
 /// `isend`. `phandle` is the profiler handle of v10+ (NULL before v10 and for NCCL's bootstrap).
+/// Inlined into each version's entry point: one pass of checks on the arguments, then the
+/// transport's `isend`.
+#[inline(always)]
 pub(super) fn isend<S: SizeArg>(
     send_comm: *mut c_void,
     data: *mut c_void,
@@ -288,12 +317,12 @@ pub(super) fn isend<S: SizeArg>(
     let m = unsafe { transport::mr_ref(mhandle) }?;
     check_fits(c, m)?;
     let size = request_bytes(c.device(), "isend", size)?;
-    let r = c.isend(data as u64, size, tag, m, Phandles::of(&[phandle]))?;
-    out(
-        "request",
-        request,
-        r.map_or(core::ptr::null_mut(), |r| r.cast()),
-    )
+    if let Some(r) = c.isend(data as u64, size, tag, m, phandle)? {
+        // SAFETY: checked non-NULL by `clear_request` above (which wrote NULL: a retry leaves
+        // it so).
+        unsafe { request.write(r.cast()) };
+    }
+    Ok(())
 }
 
 /// `irecv`. `phandles` is NULL or one profiler handle per buffer (v10+). `*request` may hold

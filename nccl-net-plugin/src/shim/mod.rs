@@ -25,8 +25,23 @@ use ferro_ffi::log_flags::{ALL, NET};
 use ferro_ffi::*;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+/// Runs `body` behind the panic boundary. Inlined into each entry point, so that the call that
+/// succeeds pays only for the unwinding guard and one compare: the name, the error's text and
+/// the panic's payload are looked at in [`failed`], out of line.
+#[inline(always)]
 fn boundary(func: &str, body: impl FnOnce() -> Result<()>) -> ncclResult_t {
     match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => ncclResult_t::Success,
+        other => failed(func, other),
+    }
+}
+
+/// The error map of [`boundary`]: an error becomes its result code (with a WARN), a panic
+/// `ncclInternalError`.
+#[cold]
+#[inline(never)]
+fn failed(func: &str, outcome: std::thread::Result<Result<()>>) -> ncclResult_t {
+    match outcome {
         Ok(Ok(())) => ncclResult_t::Success,
         Ok(Err(e)) => {
             warn!(NET, "{func}: {e}");
@@ -48,13 +63,20 @@ fn boundary(func: &str, body: impl FnOnce() -> Result<()>) -> ncclResult_t {
 }
 
 /// Writes `value` through an out-pointer NCCL gave us.
+#[inline]
 fn out<T>(name: &str, p: *mut T, value: T) -> Result<()> {
     if p.is_null() {
-        return Err(Error::Usage(format!("{name} is NULL")));
+        return Err(null_out(name));
     }
     // SAFETY: non-NULL; NCCL passes a valid, aligned out-pointer for this argument.
     unsafe { p.write(value) };
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn null_out(name: &str) -> Error {
+    Error::Usage(format!("{name} is NULL"))
 }
 
 #[cfg(test)]

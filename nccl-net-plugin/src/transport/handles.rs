@@ -14,6 +14,7 @@ use ferro_proto::comm::Done;
 
 /// # Safety
 /// `p` must be NULL or a pointer this plugin returned from `connect`/`accept` and not yet closed.
+#[inline]
 pub unsafe fn comm_ref<'a>(p: *mut core::ffi::c_void) -> Result<&'a Comm> {
     const SEND: u64 = ObjectKind::SendComm.magic();
     const RECV: u64 = ObjectKind::RecvComm.magic();
@@ -42,6 +43,7 @@ pub unsafe fn listen_ref<'a>(p: *mut core::ffi::c_void) -> Result<&'a ListenComm
 
 /// # Safety
 /// `p` must be NULL or an `mhandle` this plugin returned and not yet deregistered.
+#[inline]
 pub unsafe fn mr_ref<'a>(p: *mut core::ffi::c_void) -> Result<Option<&'a MrHandle>> {
     // SAFETY: forwarded contract.
     match unsafe { magic_of(p) } {

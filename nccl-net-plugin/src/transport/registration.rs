@@ -53,25 +53,46 @@ pub struct MrHandle {
     pub(super) magic: u64,
     members: Vec<MemberMr>,
     kind: MemKind,
-    /// The remote key on each member, by member (0 past the last): read by every `irecv`.
+    /// The members' local and remote keys, by member (zeros past the last), taken once at
+    /// registration: every `isend` and `irecv` reads them.
+    lkeys: Keys,
     rkeys: Keys,
+    /// The (virtual) device of the comm the handle was registered through: a comm of this
+    /// device fits it without comparing member lists.
+    made_on: Option<&'static crate::vnic::VDevice>,
 }
 
 impl MrHandle {
-    /// The remote key on member `m` (0 if the handle has no such member).
-    pub fn rkey(&self, m: usize) -> u32 {
-        self.members.get(m).map_or(0, |x| x.mr.rkey())
+    fn new(
+        members: Vec<MemberMr>,
+        kind: MemKind,
+        made_on: &'static crate::vnic::VDevice,
+    ) -> MrHandle {
+        MrHandle {
+            magic: ObjectKind::MemHandle.magic(),
+            lkeys: core::array::from_fn(|m| members.get(m).map_or(0, |x| x.mr.lkey())),
+            rkeys: core::array::from_fn(|m| members.get(m).map_or(0, |x| x.mr.rkey())),
+            members,
+            kind,
+            made_on: Some(made_on),
+        }
     }
 
-    /// The remote keys by member (kept from registration).
+    /// The remote key on member `m` (0 if the handle has no such member).
+    pub fn rkey(&self, m: usize) -> u32 {
+        self.rkeys.get(m).copied().unwrap_or(0)
+    }
+
+    /// The remote keys by member.
     #[inline]
     pub fn rkeys(&self) -> Keys {
         self.rkeys
     }
 
     /// The local keys by member.
-    pub fn lkeys(&self) -> Keys {
-        core::array::from_fn(|m| self.members.get(m).map_or(0, |x| x.mr.lkey()))
+    #[inline]
+    pub fn lkeys(&self) -> &Keys {
+        &self.lkeys
     }
 
     pub fn kind(&self) -> MemKind {
@@ -80,7 +101,15 @@ impl MrHandle {
 
     /// Whether the handle was registered on exactly the member devices of `comm` (a handle
     /// of another device names keys the comm's QPs cannot use).
+    #[inline]
     pub fn fits(&self, comm: &Comm) -> bool {
+        self.made_on.is_some_and(|d| core::ptr::eq(d, comm.ep.vdev)) || self.same_members(comm)
+    }
+
+    /// [`MrHandle::fits`] by the member lists (a handle registered through a comm of another
+    /// device with the same members fits too).
+    #[cold]
+    fn same_members(&self, comm: &Comm) -> bool {
         let mine = self.members.iter().map(|m| m.dev.index);
         let theirs = comm.ep.vdev.members.iter().map(|m| m.index);
         mine.eq(theirs)
@@ -120,13 +149,7 @@ fn reg_members(
             }
         }
     }
-    let rkeys = core::array::from_fn(|m| members.get(m).map_or(0, |x| x.mr.rkey()));
-    Ok(Box::new(MrHandle {
-        magic: ObjectKind::MemHandle.magic(),
-        members,
-        kind,
-        rkeys,
-    }))
+    Ok(Box::new(MrHandle::new(members, kind, comm.ep.vdev)))
 }
 
 fn reg_access() -> u32 {
@@ -293,7 +316,9 @@ mod tests {
             magic: ObjectKind::MemHandle.magic(),
             members: Vec::new(),
             kind: MemKind::Host,
+            lkeys: [0; ferro_proto::MAX_DEVS],
             rkeys: [0; ferro_proto::MAX_DEVS],
+            made_on: None,
         });
         let p: *mut core::ffi::c_void = Box::into_raw(h).cast();
         // SAFETY: a handle as the shim hands it out, not yet deregistered.

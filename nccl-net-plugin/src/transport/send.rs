@@ -6,71 +6,49 @@ use super::progress::{retry_answer, sender_completion};
 use super::registration::{MemKind, MrHandle};
 use crate::error::{Error, Result};
 use crate::info;
-use crate::profiler::Phandles;
+use core::ffi::c_void;
 use ferro_ffi::log_flags::NET;
-use ferro_proto::comm::send::{ReadyGroup, SendStep};
+use ferro_proto::comm::send::{ReadyGroup, SendCore, SendStep};
 use ferro_proto::comm::{CoreError, Failure};
 use ferro_proto::fifo::{self, CtsEntry, ENTRY_WORDS};
 use ferro_proto::plan::{self, SizesSlot};
 use ferro_verbs::wr::Store;
-use ferro_verbs::{Fixed, RemoteAddr, SendChain, SendFlags, Sge};
+use ferro_verbs::{RemoteAddr, SendChain, SendFlags, Sge};
 use std::sync::atomic::{Ordering, fence};
 
 impl Comm {
     /// `isend`: `Ok(None)` (a NULL request) until the receiver's buffer for this send is known.
+    /// `phandle` is NCCL's profiler handle for it (NULL: none).
+    #[inline]
     pub fn isend(
         &self,
         data: u64,
         size: u32,
         tag: i32,
         mh: Option<&MrHandle>,
-        phandle: Phandles,
+        phandle: *mut c_void,
     ) -> Result<Option<*mut ReqHandle>> {
         let Side::Sender { mem, core } = &self.side else {
-            return Err(Error::Usage("isend on a receive comm".into()));
+            return Err(not_a_send_comm());
         };
+        const NO_KEYS: ferro_proto::Keys = [0; ferro_proto::MAX_DEVS];
         let lkeys = match (size, mh) {
-            (0, _) => [0; ferro_proto::MAX_DEVS],
+            (0, _) => &NO_KEYS,
             (_, Some(m)) => m.lkeys(),
-            (_, None) => {
-                return Err(Error::Usage(
-                    "isend of a non-empty buffer without a memory handle".into(),
-                ));
-            }
+            (_, None) => return Err(no_memory_handle()),
         };
-        let mut core = self.lock(core)?;
+        // The comm's lock, taken once for the whole call (`Comm::lock`, with its error out of
+        // line).
+        let Ok(mut core) = core.lock() else {
+            return Err(lock_poisoned());
+        };
         let failed_before = core.health.failure().is_some();
-        let step = core
-            .isend(tag, size, data, lkeys, |seq, i| {
-                let off = fifo::entry_offset(seq, i);
-                // The sequence word first: while the clear-to-send has not arrived (the
-                // common answer of a retried send) nothing more is read.
-                if mem.fifo.read_u32_le(off) != fifo::expected_seq_word(seq) {
-                    return None;
-                }
-                let e = CtsEntry::decode_words(&mem.fifo.read_words::<ENTRY_WORDS>(off), seq);
-                // The entry's fields are used only after this point.
-                fence(Ordering::Acquire);
-                e
-            })
-            .map_err(|e| {
-                if let (false, CoreError::Failed(f)) = (failed_before, &e) {
-                    // The comm failed here (a v7 comm refusing an oversized send): the
-                    // receiver learns why from its next periodic look.
-                    self.notify_peer(f);
-                }
-                self.core_error(e)
-            })?;
-        if let Some(t) = core.take_truncation_note() {
-            info!(
-                NET,
-                "{}: a send of {} bytes (tag {}, group {}) is larger than the receiver's buffer of {} bytes; truncated to the posted size, as NCCL's IB transport does (said once per comm; the count is in the comm's close line)",
-                self.describe(),
-                t.size,
-                t.tag,
-                t.seq,
-                t.capacity
-            );
+        let step = match core.isend(tag, size, data, lkeys, |seq, i| read_entry(mem, seq, i)) {
+            Ok(step) => step,
+            Err(e) => return Err(self.isend_refused(failed_before, e)),
+        };
+        if core.has_truncation_note() {
+            self.report_truncation(&mut core);
         }
         match step {
             SendStep::Retry(_) => {
@@ -104,6 +82,34 @@ impl Comm {
         }
     }
 
+    /// The error of an `isend` the core refused. A comm that failed here (a v7 comm refusing an
+    /// oversized send) tells the receiver why at its next periodic look.
+    #[cold]
+    #[inline(never)]
+    fn isend_refused(&self, failed_before: bool, e: CoreError) -> Error {
+        if let (false, CoreError::Failed(f)) = (failed_before, &e) {
+            self.notify_peer(f);
+        }
+        self.core_error(e)
+    }
+
+    /// Says (once per comm) that a send was truncated to its receive buffer.
+    #[cold]
+    #[inline(never)]
+    fn report_truncation(&self, core: &mut SendCore) {
+        if let Some(t) = core.take_truncation_note() {
+            info!(
+                NET,
+                "{}: a send of {} bytes (tag {}, group {}) is larger than the receiver's buffer of {} bytes; truncated to the posted size, as NCCL's IB transport does (said once per comm; the count is in the comm's close line)",
+                self.describe(),
+                t.size,
+                t.tag,
+                t.seq,
+                t.capacity
+            );
+        }
+    }
+
     /// The sizes slot of group `seq`: the local staging of its sizes and the peer's sizes FIFO.
     pub(super) fn sizes_slot(mem: &SenderMem, seq: u64) -> SizesSlot {
         let soff = fifo::sizes_offset(seq);
@@ -126,20 +132,27 @@ impl Comm {
         posts: &mut u64,
         apart: &mut u64,
     ) -> Result<()> {
-        let soff = fifo::sizes_offset(group.seq);
-        for (i, it) in group.items().iter().enumerate() {
-            mem.sizes_stage.write(soff + 4 * i, &it.size.to_le_bytes());
-        }
         let layout = self.ep.layout();
-        if let Some(w) =
-            plan::lone_write(group.seq, group.items(), &layout, self.ep.max_write, mem.ar)
-        {
-            // The common group, one write: planned and chained on the stack, without the
-            // scratch buffers (nor their lock).
-            let mut chain = SendChain::<Fixed<1>>::fixed();
-            self.post_chain(&[w], group.wr_id(), inline_ok, &mut chain)?;
+        if let Some(w) = plan::lone_write_on(
+            group.qps(),
+            group.items(),
+            &layout,
+            self.ep.max_write,
+            mem.ar,
+        ) {
+            // The common group, one write: posted as it is planned, on the stack, without the
+            // scratch buffers (nor their lock). A lone buffer's size travels as its immediate:
+            // nothing is staged.
+            self.post_one(&w, group.wr_id(), inline_ok)?;
             *posts += 1;
             return Ok(());
+        }
+        if group.items().len() > 1 {
+            // Only a group of several buffers sends its sizes (from the staging slot).
+            let soff = fifo::sizes_offset(group.seq);
+            for (i, it) in group.items().iter().enumerate() {
+                mem.sizes_stage.write(soff + 4 * i, &it.size.to_le_bytes());
+            }
         }
         let slot = Comm::sizes_slot(mem, group.seq);
         let mut scratch = self.lock(&mem.scratch)?;
@@ -181,6 +194,36 @@ impl Comm {
         Ok(posts)
     }
 
+    /// Posts the lone write `w` (a group's whole plan) by itself.
+    #[inline]
+    fn post_one(&self, w: &plan::Write, wr_id: u64, inline_ok: bool) -> Result<()> {
+        if w.qp >= self.ep.nqps() {
+            return Ok(());
+        }
+        // SAFETY: as in `post_chain`: the caller's buffer, registered by NCCL through the memory
+        // handle given to `isend` (deregistered only after the request completes, per NCCL's
+        // contract), paired with its key by the plan. A write of no bytes carries no entry.
+        let local = (w.len > 0).then(|| unsafe { Sge::from_raw(w.local_addr, w.len, w.lkey) });
+        let remote = RemoteAddr {
+            addr: w.remote_addr,
+            rkey: w.rkey,
+        };
+        let flags = SendFlags {
+            signaled: w.imm.is_some(),
+            inline: inline_ok,
+        };
+        self.ep
+            .qp(w.qp)
+            .post_write(wr_id, local, remote, w.imm, flags)
+            .map_err(|e| self.post_failed(e))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn post_failed(&self, e: ferro_verbs::Error) -> Error {
+        Error::System(format!("{}: {e}", self.describe()))
+    }
+
     /// Posts `run` (writes of one QP) as one chain.
     fn post_chain<S: Store>(
         &self,
@@ -216,7 +259,46 @@ impl Comm {
             };
             chain.rdma_write(wr_id, local, remote, w.imm, flags);
         }
-        qp.post(chain)
-            .map_err(|e| Error::System(format!("{}: {e}", self.describe())))
+        qp.post(chain).map_err(|e| self.post_failed(e))
     }
+}
+
+/// Entry `i` of group `seq` from the sender's FIFO, if the receiver has written all of it
+/// ([`CtsEntry::decode_words`]).
+#[inline(always)]
+fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
+    let off = fifo::entry_offset(seq, i);
+    // The sequence word first: while the clear-to-send has not arrived (the common answer of
+    // a retried send) nothing more is read, and the call costs this one load.
+    if mem.fifo.read_u32_le(off) != fifo::expected_seq_word(seq) {
+        return None;
+    }
+    decode_entry(mem, off, seq)
+}
+
+/// The rest of [`read_entry`] once the sequence word is there: the whole entry, checked.
+#[inline(never)]
+fn decode_entry(mem: &SenderMem, off: usize, seq: u64) -> Option<CtsEntry> {
+    let e = CtsEntry::decode_words(&mem.fifo.read_words::<ENTRY_WORDS>(off), seq);
+    // The entry's fields are used only after this point.
+    fence(Ordering::Acquire);
+    e
+}
+
+#[cold]
+#[inline(never)]
+fn lock_poisoned() -> Error {
+    Error::Internal("comm unusable after an earlier internal error".into())
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_send_comm() -> Error {
+    Error::Usage("isend on a receive comm".into())
+}
+
+#[cold]
+#[inline(never)]
+fn no_memory_handle() -> Error {
+    Error::Usage("isend of a non-empty buffer without a memory handle".into())
 }

@@ -37,6 +37,7 @@ use crate::fifo::{self, CtsEntry};
 use crate::plan::{AdaptiveRouting, QpLayout, SendItem};
 use crate::recovery::Recovery;
 use crate::{MAX_RECVS, SLOTS};
+use std::ops::Range;
 
 /// Send requests one comm can hold: NCCL may post `NCCL_NET_MAX_REQUESTS x maxRecvs` isends.
 pub const SEND_REQS: usize = SLOTS * MAX_RECVS;
@@ -92,12 +93,20 @@ pub struct Truncation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadyGroup<'a> {
     pub seq: u64,
+    /// The QPs the group uses ([`QpLayout::group_qps`]), as `start..end`.
+    qps: (usize, usize),
     items: &'a [SendItem],
     reqs: &'a [u32],
     epoch: u32,
 }
 
 impl<'a> ReadyGroup<'a> {
+    /// The QPs the group uses ([`QpLayout::group_qps`] of its sequence number).
+    #[inline]
+    pub fn qps(&self) -> Range<usize> {
+        self.qps.0..self.qps.1
+    }
+
     /// The sends in the receiver's buffer order.
     pub fn items(&self) -> &'a [SendItem] {
         self.items
@@ -126,6 +135,8 @@ struct SendReq {
 #[derive(Debug, Clone, Copy)]
 struct GroupBuf {
     seq: u64,
+    /// The QPs of the group once complete ([`QpLayout::group_qps`]), as `start..end`.
+    qps: (usize, usize),
     entries: [CtsEntry; MAX_RECVS],
     n: usize,
     taken: [bool; MAX_RECVS],
@@ -144,6 +155,9 @@ struct InFlight {
     items: [SendItem; MAX_RECVS],
     /// The QPs whose shares a recovery replays (bit `q` for QP `q`); zero otherwise.
     replay: u128,
+    /// A group on one QP: `(qp, n)`, the work requests it holds there (what its delivery gives
+    /// back to the room, without counting its writes again); `None` for a group on several.
+    held_on: Option<(usize, u32)>,
 }
 
 const IDLE: InFlight = InFlight {
@@ -153,6 +167,7 @@ const IDLE: InFlight = InFlight {
     n: 0,
     items: [NO_ITEM; MAX_RECVS],
     replay: 0,
+    held_on: None,
 };
 
 const NO_ENTRY: CtsEntry = CtsEntry {
@@ -208,6 +223,7 @@ impl SendCore {
             seq: 0,
             cur: GroupBuf {
                 seq: 0,
+                qps: (0, 0),
                 entries: [NO_ENTRY; MAX_RECVS],
                 n: 0,
                 taken: [false; MAX_RECVS],
@@ -256,10 +272,12 @@ impl SendCore {
         tag: i32,
         size: u32,
         addr: u64,
-        lkeys: Keys,
+        lkeys: &Keys,
         mut read_entry: impl FnMut(u64, usize) -> Option<CtsEntry>,
     ) -> Result<SendStep, CoreError> {
-        self.health.check()?;
+        if let Some(f) = self.health.failure() {
+            return Err(failed(f));
+        }
         if self.recovery.is_stopped() {
             let epoch = self.recovery.epoch();
             return Ok(self.retry(SendWait::Recovering { epoch }));
@@ -285,7 +303,7 @@ impl SendCore {
         }
         let item = SendItem {
             addr,
-            lkeys,
+            lkeys: *lkeys,
             size: size.min(capacity),
             remote_addr: g.entries[i].addr,
             rkeys: g.entries[i].rkeys,
@@ -294,9 +312,13 @@ impl SendCore {
         // retried below leaves its entry untaken, and the next one overwrites the item.
         let g = &mut self.cur;
         g.items[i] = item;
+        // The QPs of the group (needed only by the send that completes it).
+        let mut qps = 0..0;
         if completes {
             // The last send of the group: it is taken only if the group's writes fit now.
-            if let Some(qp) = self.room.full_qp(gseq, &g.items[..g.n], &self.layout) {
+            qps = self.layout.group_qps(gseq);
+            let items = &g.items[..g.n];
+            if let Some(qp) = self.room.full_qp_of(gseq, qps.clone(), items, &self.layout) {
                 return Ok(self.retry(SendWait::QueueFull { seq: gseq, qp }));
             }
         }
@@ -329,13 +351,19 @@ impl SendCore {
         // Field by field: only the group's own items are copied (one for a single buffer).
         let f = &mut self.inflight[slot(gseq)];
         f.seq = gseq;
-        f.remaining = self.layout.group_qps(gseq).len() as u32;
+        f.remaining = qps.len() as u32;
         f.reqs = g.reqs;
         f.n = g.n;
-        f.items[..g.n].copy_from_slice(&g.items[..g.n]);
+        if g.n == 1 {
+            // A plain move of one item rather than a copy of a slice of them.
+            f.items[0] = g.items[0];
+        } else {
+            f.items[..g.n].copy_from_slice(&g.items[..g.n]);
+        }
         f.replay = 0;
-        // The send that completes the group ran `full_qp` on these same items above.
-        self.room.take_counted(gseq, &self.layout);
+        g.qps = (qps.start, qps.end);
+        // The send that completes the group ran `full_qp_of` on these same items above.
+        f.held_on = self.room.take_counted_of(qps);
         self.seq += 1;
         Ok(SendStep::Post { req })
     }
@@ -346,6 +374,7 @@ impl SendCore {
         let g = &self.cur;
         ReadyGroup {
             seq: g.seq,
+            qps: g.qps,
             items: &g.items[..g.n],
             reqs: &g.reqs[..g.n],
             epoch: self.recovery.epoch(),
@@ -368,6 +397,12 @@ impl SendCore {
     /// The comm's first truncated send, once (the transport says it at INFO).
     pub fn take_truncation_note(&mut self) -> Option<Truncation> {
         self.truncation_note.take()
+    }
+
+    /// Whether [`SendCore::take_truncation_note`] has a note to give.
+    #[inline]
+    pub fn has_truncation_note(&self) -> bool {
+        self.truncation_note.is_some()
     }
 
     /// Opens the head group in place from its FIFO slot, if the receiver's entries are all
@@ -416,7 +451,10 @@ impl SendCore {
                         s.done = true;
                     }
                 }
-                self.room.give_back(seq, &f.items[..f.n], &self.layout);
+                match f.held_on {
+                    Some(held) => self.room.give_back_held(held),
+                    None => self.room.give_back(seq, &f.items[..f.n], &self.layout),
+                }
             }
         }
     }
@@ -484,6 +522,13 @@ impl SendCore {
     pub fn in_flight(&self) -> usize {
         self.reqs.in_flight()
     }
+}
+
+/// The error of a call on a comm that failed earlier.
+#[cold]
+#[inline(never)]
+fn failed(f: &Failure) -> CoreError {
+    CoreError::Failed(f.clone())
 }
 
 fn slot(seq: u64) -> usize {

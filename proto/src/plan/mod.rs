@@ -292,10 +292,22 @@ pub fn lone_write(
     max_write: u32,
     ar: AdaptiveRouting,
 ) -> Option<Write> {
+    lone_write_on(layout.group_qps(seq), items, layout, max_write, ar)
+}
+
+/// [`lone_write`] of the group whose QPs are `qps` (its [`QpLayout::group_qps`], known to the
+/// caller).
+#[inline]
+pub fn lone_write_on(
+    qps: Range<usize>,
+    items: &[SendItem],
+    layout: &QpLayout,
+    max_write: u32,
+    ar: AdaptiveRouting,
+) -> Option<Write> {
     let [one] = items else {
         return None;
     };
-    let qps = layout.group_qps(seq);
     if qps.len() != 1 || one.size == 0 || one.size > max_write || ar.applies_to(one.size) {
         return None;
     }

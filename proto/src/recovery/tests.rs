@@ -37,7 +37,7 @@ fn sender(layout: QpLayout, n: u64) -> (SendCore, Vec<u32>) {
     c.set_recovery_budget(BUDGET);
     let reqs = (0..n)
         .map(
-            |_| match c.isend(0, 4096, 0x42, [1; MAX_DEVS], entry).unwrap() {
+            |_| match c.isend(0, 4096, 0x42, &[1; MAX_DEVS], entry).unwrap() {
                 SendStep::Post { req } => req,
                 other => panic!("expected a post, got {other:?}"),
             },
@@ -171,7 +171,7 @@ fn when_the_budget_runs_out_the_comm_fails_naming_what_was_pending_and_what_was_
         assert!(f.message.contains(said), "{said:?} not in {f}");
     }
     assert!(
-        matches!(c.isend(0, 8, 0, [1; MAX_DEVS], entry), Err(CoreError::Failed(g)) if g == f),
+        matches!(c.isend(0, 8, 0, &[1; MAX_DEVS], entry), Err(CoreError::Failed(g)) if g == f),
         "the failure is sticky"
     );
     assert_eq!(
@@ -202,7 +202,7 @@ fn with_recovery_off_a_failure_stops_nothing_and_every_completion_counts_as_befo
     let mut c = SendCore::new(QpLayout::one_device(1, false));
     assert_eq!(c.recovery.budget(), Duration::ZERO, "off unless set");
     assert_eq!(c.begin_recovery(s(1), "QP error"), Err(RecoveryError::Off));
-    let SendStep::Post { req } = c.isend(0, 8, 0, [1; MAX_DEVS], entry).unwrap() else {
+    let SendStep::Post { req } = c.isend(0, 8, 0, &[1; MAX_DEVS], entry).unwrap() else {
         panic!("a comm that did not stop sends on")
     };
     assert_eq!(c.ready_group().wr_id(), WrId::Send { seq: 0 }.encode());
@@ -222,7 +222,7 @@ fn a_stopped_comm_retries_every_call_and_writes_no_clear_to_send() {
     let (mut c, _) = sender(QpLayout::one_device(1, false), 0);
     c.begin_recovery(s(1), "flap").unwrap();
     assert_eq!(
-        c.isend(0, 8, 0, [1; MAX_DEVS], entry).unwrap(),
+        c.isend(0, 8, 0, &[1; MAX_DEVS], entry).unwrap(),
         SendStep::Retry(SendWait::Recovering { epoch: 1 })
     );
     assert!(c.describe_wait().contains("recovering (epoch 1)"));

@@ -279,3 +279,42 @@ fn an_empty_receive_has_no_scatter_entry() {
     assert!(wr.sg_list.is_null());
     assert!(wr.next.is_null());
 }
+
+/// The fields a provider reads of one request (pointers aside), for comparing two builds.
+fn fields(wr: &ibv_send_wr) -> String {
+    format!(
+        "id {} sges {} op {} flags {:#x} imm {:#x} remote {:?} entry {:?}",
+        wr.wr_id,
+        wr.num_sge,
+        wr.opcode,
+        wr.send_flags,
+        wr.imm_data,
+        remote_of(wr),
+        entry(wr).map(|e| (e.addr, e.length, e.lkey)),
+    )
+}
+
+#[test]
+fn a_lone_write_is_the_same_request_as_a_chain_of_that_one_write() {
+    let inline = SendFlags {
+        signaled: true,
+        inline: true,
+    };
+    let cases = [
+        (Some(sge(0, 8)), Some(8), inline, 64),
+        (Some(sge(0, 8)), Some(8), inline, 4),
+        (Some(sge(16, 100)), None, plain(), 0),
+        (None, Some(5), inline, 64),
+        (Some(sge(0, 0)), Some(0), inline, 64),
+    ];
+    for (local, imm, flags, room) in cases {
+        let mut chain = SendChain::<Fixed<1>>::fixed();
+        chain.rdma_write(7, local, REMOTE, imm, flags);
+        let from_chain = walk(chain.link(room));
+        let mut one = LoneWrite::new(7, local, REMOTE, imm, flags);
+        let alone = walk(one.link(room));
+        assert_eq!(alone.len(), 1);
+        assert!(alone[0].1.next.is_null());
+        assert_eq!(fields(&alone[0].1), fields(&from_chain[0].1));
+    }
+}

@@ -150,7 +150,10 @@ impl SendCore {
     fn deliver_slot(&mut self, s: usize) {
         let f = &mut self.inflight[s];
         if f.remaining > 0 {
-            self.room.give_back(f.seq, &f.items[..f.n], &self.layout);
+            match f.held_on {
+                Some(held) => self.room.give_back_held(held),
+                None => self.room.give_back(f.seq, &f.items[..f.n], &self.layout),
+            }
         }
         f.remaining = 0;
         f.replay = 0;

@@ -10,6 +10,7 @@
 //! counts are one vector per comm, sized once.
 
 use crate::plan::{self, AdaptiveRouting, QpLayout, SendItem};
+use std::ops::Range;
 
 /// Work requests held per QP, and how the send core counts a group's.
 #[derive(Debug, Clone)]
@@ -46,11 +47,10 @@ impl Room {
     /// that QP, `(qp, n)` (what [`plan::writes_per_qp`] counts for it); `None` for any other
     /// group, which is counted per QP.
     #[inline]
-    fn lone(&self, seq: u64, items: &[SendItem], layout: &QpLayout) -> Option<(usize, u32)> {
+    fn lone(&self, qps: &Range<usize>, items: &[SendItem]) -> Option<(usize, u32)> {
         let [one] = items else {
             return None;
         };
-        let qps = layout.group_qps(seq);
         if qps.len() != 1 || qps.start >= self.held.len() {
             return None;
         }
@@ -79,15 +79,25 @@ impl Room {
     /// group needs at most [`plan::largest_group_wrs`], within the room; only a test's tiny
     /// write limit makes a group larger than the room, and then it goes alone).
     pub fn full_qp(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) -> Option<usize> {
-        if let Some((q, n)) = self.lone(seq, items, layout) {
+        self.full_qp_of(seq, layout.group_qps(seq), items, layout)
+    }
+
+    /// [`Room::full_qp`] of group `seq`, whose QPs are `qps` (its [`QpLayout::group_qps`]).
+    #[inline]
+    pub fn full_qp_of(
+        &mut self,
+        seq: u64,
+        qps: Range<usize>,
+        items: &[SendItem],
+        layout: &QpLayout,
+    ) -> Option<usize> {
+        if let Some((q, n)) = self.lone(&qps, items) {
             self.need[q] = n;
             let held = self.held[q];
             return (held > 0 && held + n > self.cap).then_some(q);
         }
         self.count(seq, items, layout);
-        layout
-            .group_qps(seq)
-            .filter(|&q| q < self.held.len())
+        qps.filter(|&q| q < self.held.len())
             .find(|&q| self.held[q] > 0 && self.held[q] + self.need[q] > self.cap)
     }
 
@@ -104,22 +114,39 @@ impl Room {
     /// found fitting) are held, without counting its writes again: the caller passes the same
     /// group, with the same items, right after that call.
     pub fn take_counted(&mut self, seq: u64, layout: &QpLayout) {
-        let qps = layout.group_qps(seq);
+        self.take_counted_of(layout.group_qps(seq));
+    }
+
+    /// [`Room::take_counted`] of the group whose QPs are `qps`. A group on one QP returns
+    /// `(qp, n)`, the work requests it took there: what its delivery gives back
+    /// ([`Room::give_back_held`], the same as [`Room::give_back`] of the group).
+    #[inline(always)]
+    pub fn take_counted_of(&mut self, qps: Range<usize>) -> Option<(usize, u32)> {
         if qps.len() == 1 {
-            if let Some(h) = self.held.get_mut(qps.start) {
-                *h += self.need[qps.start];
-            }
-            return;
+            let q = qps.start;
+            let h = self.held.get_mut(q)?;
+            let n = self.need[q];
+            *h += n;
+            return Some((q, n));
         }
         let n = self.held.len();
-        for q in layout.group_qps(seq).filter(|&q| q < n) {
+        for q in qps.filter(|&q| q < n) {
             self.held[q] += self.need[q];
+        }
+        None
+    }
+
+    /// Group delivered that [`Room::take_counted_of`] held as `(qp, n)`.
+    #[inline]
+    pub fn give_back_held(&mut self, (q, n): (usize, u32)) {
+        if let Some(h) = self.held.get_mut(q) {
+            *h = h.saturating_sub(n);
         }
     }
 
     /// Group `seq` is delivered: its work requests are retired.
     pub fn give_back(&mut self, seq: u64, items: &[SendItem], layout: &QpLayout) {
-        if let Some((q, n)) = self.lone(seq, items, layout) {
+        if let Some((q, n)) = self.lone(&layout.group_qps(seq), items) {
             self.held[q] = self.held[q].saturating_sub(n);
             return;
         }
@@ -178,7 +205,7 @@ mod tests {
                             plan::writes_per_qp(seq, &items, &layout, max_write, ar, |q, n| {
                                 planned[q] += n
                             });
-                            match room.lone(seq, &items, &layout) {
+                            match room.lone(&layout.group_qps(seq), &items) {
                                 Some((q, n)) => {
                                     let mut want = vec![0u32; layout.nqps];
                                     want[q] = n;
@@ -221,6 +248,45 @@ mod tests {
                     );
                     counted.give_back(seq, &items, &layout);
                     assert!(held(&counted).iter().all(|&h| h == 0), "all given back");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_on_one_qp_gives_back_what_it_took_as_giving_it_back_by_its_items_would() {
+        for (nqps, split) in [(1, false), (4, false), (4, true)] {
+            let layout = QpLayout::new(nqps, split, 1, 1);
+            for items in [
+                vec![item(8)],
+                vec![item(0)],
+                vec![item(1 << 20), item(0), item(4096)],
+            ] {
+                for seq in 0..8 {
+                    let qps = layout.group_qps(seq);
+                    let (mut by_held, mut by_items) = (Room::new(nqps), Room::new(nqps));
+                    // Something already held, so that a wrong count would show.
+                    for r in [&mut by_held, &mut by_items] {
+                        assert_eq!(r.full_qp(seq + 8, &items, &layout), None);
+                        r.take_counted(seq + 8, &layout);
+                    }
+                    assert_eq!(by_held.full_qp_of(seq, qps.clone(), &items, &layout), None);
+                    let held_on = by_held.take_counted_of(qps.clone());
+                    assert_eq!(by_items.full_qp(seq, &items, &layout), None);
+                    by_items.take_counted(seq, &layout);
+                    assert_eq!(
+                        held_on.is_some(),
+                        qps.len() == 1,
+                        "{nqps} QPs, split {split}"
+                    );
+                    match held_on {
+                        Some(h) => by_held.give_back_held(h),
+                        None => by_held.give_back(seq, &items, &layout),
+                    }
+                    by_items.give_back(seq, &items, &layout);
+                    for q in 0..nqps {
+                        assert_eq!(by_held.held(q), by_items.held(q), "QP {q} of {nqps}");
+                    }
                 }
             }
         }

@@ -26,7 +26,7 @@ impl Fifo {
 }
 
 fn send(core: &mut SendCore, fifo: &Fifo, tag: i32, size: u32) -> SendStep {
-    core.isend(tag, size, 0x42, [1; crate::MAX_DEVS], |s, i| {
+    core.isend(tag, size, 0x42, &[1; crate::MAX_DEVS], |s, i| {
         fifo.read(s, i)
     })
     .unwrap()
@@ -142,7 +142,7 @@ fn a_v7_comm_refuses_a_send_larger_than_its_buffer_naming_both_sizes() {
     };
     let mut c = SendCore::new(QpLayout::one_device(1, false));
     c.set_oversize(Oversize::Refuse);
-    let r = c.isend(0, 11, 0x42, [1; crate::MAX_DEVS], |s, i| fifo.read(s, i));
+    let r = c.isend(0, 11, 0x42, &[1; crate::MAX_DEVS], |s, i| fifo.read(s, i));
     let Err(CoreError::Failed(f)) = r else {
         panic!("expected a refusal, got {r:?}")
     };
@@ -154,7 +154,7 @@ fn a_v7_comm_refuses_a_send_larger_than_its_buffer_naming_both_sizes() {
     assert_eq!(c.in_flight(), 0, "no request was taken");
     assert_eq!(c.health.counters.truncated, 0);
     assert_eq!(c.health.failure(), Some(&f), "the comm stays failed");
-    let again = c.isend(0, 4, 0x42, [1; crate::MAX_DEVS], |s, i| fifo.read(s, i));
+    let again = c.isend(0, 4, 0x42, &[1; crate::MAX_DEVS], |s, i| fifo.read(s, i));
     assert_eq!(again, Err(CoreError::Failed(f)));
 }
 
@@ -343,7 +343,7 @@ fn a_partly_written_group_is_not_opened() {
     // Entry 1 of the group is missing (torn or not yet arrived).
     let mut c = SendCore::new(QpLayout::one_device(1, false));
     let r = c
-        .isend(0, 8, 0, [1; crate::MAX_DEVS], |s, i| {
+        .isend(0, 8, 0, &[1; crate::MAX_DEVS], |s, i| {
             (i == 0).then_some(CtsEntry {
                 seq: s + 1,
                 addr: 1,
@@ -366,7 +366,7 @@ fn a_failed_comm_refuses_every_later_send() {
     let mut c = SendCore::new(QpLayout::one_device(1, false));
     c.health.fail(Failure::remote("peer gone"));
     assert!(matches!(
-        c.isend(0, 8, 0, [1; crate::MAX_DEVS], |s, i| fifo.read(s, i)),
+        c.isend(0, 8, 0, &[1; crate::MAX_DEVS], |s, i| fifo.read(s, i)),
         Err(CoreError::Failed(_))
     ));
 }
