@@ -166,6 +166,24 @@ impl WrSlot {
         &mut self.wr
     }
 
+    /// An RDMA write of `local` to `remote`, with immediate `imm` when given (the opcode
+    /// follows from it).
+    #[inline]
+    fn rdma_write(
+        wr_id: u64,
+        local: Option<Sge>,
+        remote: RemoteAddr,
+        imm: Option<u32>,
+        flags: SendFlags,
+    ) -> WrSlot {
+        let opcode = if imm.is_some() {
+            IBV_WR_RDMA_WRITE_WITH_IMM
+        } else {
+            IBV_WR_RDMA_WRITE
+        };
+        WrSlot::new(wr_id, opcode, local, remote, imm, flags)
+    }
+
     fn empty() -> WrSlot {
         WrSlot {
             wr: ibv_send_wr::default(),
@@ -295,12 +313,8 @@ impl<S: Store> SendChain<S> {
         imm: Option<u32>,
         flags: SendFlags,
     ) {
-        let opcode = if imm.is_some() {
-            IBV_WR_RDMA_WRITE_WITH_IMM
-        } else {
-            IBV_WR_RDMA_WRITE
-        };
-        self.push(wr_id, opcode, local, remote, imm, flags);
+        self.store
+            .push(WrSlot::rdma_write(wr_id, local, remote, imm, flags));
     }
 
     /// Appends an RDMA read of `remote` into `local` (which the NIC writes).
@@ -359,12 +373,7 @@ impl LoneWrite {
         imm: Option<u32>,
         flags: SendFlags,
     ) -> LoneWrite {
-        let opcode = if imm.is_some() {
-            IBV_WR_RDMA_WRITE_WITH_IMM
-        } else {
-            IBV_WR_RDMA_WRITE
-        };
-        LoneWrite(WrSlot::new(wr_id, opcode, local, remote, imm, flags))
+        LoneWrite(WrSlot::rdma_write(wr_id, local, remote, imm, flags))
     }
 
     /// As [`SendChain::link`] of a chain of this one request.

@@ -135,16 +135,6 @@ fn check_fits(c: &transport::Comm, m: Option<&transport::MrHandle>) -> Result<()
     }
 }
 
-/// [`check_fits`]'s error, out of line (a receive checks each buffer's handle in place).
-#[cold]
-#[inline(never)]
-fn not_fitting(c: &transport::Comm, m: &transport::MrHandle) -> Error {
-    match check_fits(c, Some(m)) {
-        Err(e) => e,
-        Ok(()) => Error::Internal("a memory handle both fits and does not".into()),
-    }
-}
-
 #[cold]
 #[inline(never)]
 fn without_handle(i: usize, s: u32) -> Error {
@@ -153,6 +143,7 @@ fn without_handle(i: usize, s: u32) -> Error {
     ))
 }
 
+/// [`check_fits`]'s error, out of line (a receive checks each buffer's handle in place).
 #[cold]
 #[inline(never)]
 fn foreign_handle(c: &transport::Comm) -> Error {
@@ -365,7 +356,7 @@ pub(super) fn irecv<S: SizeArg>(
         let m = unsafe { transport::mr_ref(m) }?;
         let rkeys = match (s, m) {
             (_, Some(m)) if m.fits(c) => m.rkeys(),
-            (_, Some(m)) => return Err(not_fitting(c, m)),
+            (_, Some(_)) => return Err(foreign_handle(c)),
             (0, None) => [0; ferro_proto::MAX_DEVS],
             (_, None) => return Err(without_handle(i, s)),
         };

@@ -200,18 +200,7 @@ impl Comm {
         if w.qp >= self.ep.nqps() {
             return Ok(());
         }
-        // SAFETY: as in `post_chain`: the caller's buffer, registered by NCCL through the memory
-        // handle given to `isend` (deregistered only after the request completes, per NCCL's
-        // contract), paired with its key by the plan. A write of no bytes carries no entry.
-        let local = (w.len > 0).then(|| unsafe { Sge::from_raw(w.local_addr, w.len, w.lkey) });
-        let remote = RemoteAddr {
-            addr: w.remote_addr,
-            rkey: w.rkey,
-        };
-        let flags = SendFlags {
-            signaled: w.imm.is_some(),
-            inline: inline_ok,
-        };
+        let (local, remote, flags) = write_parts(w, inline_ok);
         self.ep
             .qp(w.qp)
             .post_write(wr_id, local, remote, w.imm, flags)
@@ -241,22 +230,7 @@ impl Comm {
         };
         chain.clear();
         for w in run {
-            // SAFETY: a write's local side is memory registered under this QP's member PD,
-            // paired with its key by the plan: the comm's own sizes staging (owned by the comm,
-            // registered for its lifetime) or the caller's buffer, registered by NCCL through
-            // the memory handle given to `isend` (deregistered only after the request
-            // completes, per NCCL's contract). A write of no bytes carries no entry.
-            let local = (w.len > 0).then(|| unsafe { Sge::from_raw(w.local_addr, w.len, w.lkey) });
-            let remote = RemoteAddr {
-                addr: w.remote_addr,
-                rkey: w.rkey,
-            };
-            // Only the writes with immediates are signaled: each one's completion retires the
-            // unsignaled writes before it on that QP.
-            let flags = SendFlags {
-                signaled: w.imm.is_some(),
-                inline: inline_ok,
-            };
+            let (local, remote, flags) = write_parts(w, inline_ok);
             chain.rdma_write(wr_id, local, remote, w.imm, flags);
         }
         qp.post(chain).map_err(|e| self.post_failed(e))
@@ -301,4 +275,25 @@ fn not_a_send_comm() -> Error {
 #[inline(never)]
 fn no_memory_handle() -> Error {
     Error::Usage("isend of a non-empty buffer without a memory handle".into())
+}
+
+/// A planned write as the verbs layer posts it: its local entry (none for a write of no
+/// bytes), the peer's address, and its flags. Only the writes with immediates are signaled:
+/// each one's completion retires the unsignaled writes before it on that QP.
+#[inline]
+fn write_parts(w: &plan::Write, inline_ok: bool) -> (Option<Sge>, RemoteAddr, SendFlags) {
+    // SAFETY: a write's local side is memory registered under its QP's member PD, paired with
+    // its key by the plan: the comm's own sizes staging (owned by the comm, registered for its
+    // lifetime) or the caller's buffer, registered by NCCL through the memory handle given to
+    // `isend` (deregistered only after the request completes, per NCCL's contract).
+    let local = (w.len > 0).then(|| unsafe { Sge::from_raw(w.local_addr, w.len, w.lkey) });
+    let remote = RemoteAddr {
+        addr: w.remote_addr,
+        rkey: w.rkey,
+    };
+    let flags = SendFlags {
+        signaled: w.imm.is_some(),
+        inline: inline_ok,
+    };
+    (local, remote, flags)
 }

@@ -108,17 +108,9 @@ impl Endpoint {
             let injected = None;
             let changed = match injected {
                 Some(e) => Err(e),
-                None => match self.qp_to_rtr(
-                    qp,
-                    self.rail_of(q).dev,
-                    remote_qpn,
-                    remote,
-                    epoch,
-                    path,
-                )? {
-                    Ok(()) => qp_to_rts(qp, epoch)?,
-                    Err(e) => Err(e),
-                },
+                None => {
+                    self.try_connect_qp(qp, self.rail_of(q).dev, remote_qpn, remote, epoch, path)?
+                }
             };
             if let Err(e) = changed {
                 self.back_to_init()?;
@@ -150,9 +142,24 @@ impl Endpoint {
         epoch: u32,
         path: QpPath,
     ) -> Result<()> {
-        self.qp_to_rtr(qp, dev, remote_qpn, peer, epoch, path)??;
-        qp_to_rts(qp, epoch)??;
-        Ok(())
+        Ok(self.try_connect_qp(qp, dev, remote_qpn, peer, epoch, path)??)
+    }
+
+    /// [`Self::connect_qp`] with a failed `ibv_modify_qp` handed back apart (the inner error,
+    /// with its errno); the QP is then left in the state before the change that failed.
+    fn try_connect_qp(
+        &self,
+        qp: &Qp,
+        dev: &NetDevice,
+        remote_qpn: u32,
+        peer: &DevMeta,
+        epoch: u32,
+        path: QpPath,
+    ) -> Result<std::result::Result<(), ferro_verbs::Error>> {
+        match self.qp_to_rtr(qp, dev, remote_qpn, peer, epoch, path)? {
+            Ok(()) => qp_to_rts(qp, epoch),
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     /// INIT -> RTR against `remote_qpn` on the peer device `peer` (as [`Self::connect_qp`]); the
