@@ -53,7 +53,7 @@ impl<'a> VolatileRegion<'a> {
     /// The start of `n` bytes at `off`, after checking that they lie inside the region.
     #[inline]
     fn at(&self, off: usize, n: usize) -> *mut u8 {
-        if !off.checked_add(n).is_some_and(|end| end <= self.len) {
+        if off.checked_add(n).is_none_or(|end| end > self.len) {
             outside(off, n, self.len);
         }
         self.ptr.as_ptr().wrapping_add(off)

@@ -43,13 +43,14 @@ impl Comm {
         let Ok(mut core) = core.lock() else {
             return Err(lock_poisoned());
         };
-        if let Some(seq) = core.awaited_group() {
-            if !entry_arrived(mem, seq, 0) {
+        // One answer, one unlock after it.
+        match core.awaited_group() {
+            Some(seq) if !entry_arrived(mem, seq, 0) => {
                 core.wait_clear_to_send(seq);
-                return self.send_wait_answer(&mut core);
+                self.send_wait_answer(&mut core)
             }
+            _ => self.isend_locked(mem, &mut core, data, size, tag, mh, phandle),
         }
-        self.isend_locked(mem, &mut core, data, size, tag, mh, phandle)
     }
 
     /// A retried `isend`'s answer: NULL, after the wait hook (the periodic look, a recovery's

@@ -270,6 +270,7 @@ impl SendCore {
     /// it is complete (see [`CtsEntry::decode`]); it is only called when a new group is opened.
     /// `addr`/`lkeys` name the caller's registered buffer and its key on each member device
     /// (zeros for an empty send).
+    #[inline(always)]
     pub fn isend(
         &mut self,
         tag: i32,
@@ -445,6 +446,7 @@ impl SendCore {
 
     /// Opens the head group in place from its FIFO slot, if the receiver's entries are all
     /// there (on failure nothing is open, whatever was read).
+    #[inline(always)]
     fn open_group(
         &mut self,
         read_entry: &mut impl FnMut(u64, usize) -> Option<CtsEntry>,
@@ -453,15 +455,19 @@ impl SendCore {
         if self.inflight[slot(seq)].remaining > 0 {
             return Err(SendWait::SlotBusy { seq });
         }
-        let first = read_entry(seq, 0).ok_or(SendWait::ClearToSend { seq })?;
-        let n = usize::from(first.nreqs);
+        // One call site of `read_entry` (the transport's reader is then inlined here), each
+        // entry decoded straight into the group; the first says how many there are.
         let g = &mut self.cur;
-        g.entries[0] = first;
-        for i in 1..n {
+        let (mut i, mut n) = (0, 1);
+        while i < n {
             match read_entry(seq, i) {
-                Some(e) if e.nreqs == first.nreqs => g.entries[i] = e,
+                Some(e) if i == 0 || e.nreqs == g.entries[0].nreqs => g.entries[i] = e,
                 _ => return Err(SendWait::ClearToSend { seq }),
             }
+            if i == 0 {
+                n = usize::from(g.entries[0].nreqs);
+            }
+            i += 1;
         }
         g.seq = seq;
         g.n = n;
