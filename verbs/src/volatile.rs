@@ -24,6 +24,13 @@ impl HostBuf {
     }
 }
 
+/// [`VolatileRegion::at`]'s panic, out of line (the accesses it guards are on the data path).
+#[cold]
+#[inline(never)]
+fn outside(off: usize, n: usize, len: usize) -> ! {
+    panic!("{n} bytes at offset {off} are outside a region of {len} bytes")
+}
+
 impl<'a> VolatileRegion<'a> {
     /// The whole of `buf`.
     pub(crate) fn over(buf: &'a HostBuf) -> Self {
@@ -46,11 +53,9 @@ impl<'a> VolatileRegion<'a> {
     /// The start of `n` bytes at `off`, after checking that they lie inside the region.
     #[inline]
     fn at(&self, off: usize, n: usize) -> *mut u8 {
-        assert!(
-            off.checked_add(n).is_some_and(|end| end <= self.len),
-            "{n} bytes at offset {off} are outside a region of {} bytes",
-            self.len
-        );
+        if off.checked_add(n).is_none_or(|end| end > self.len) {
+            outside(off, n, self.len);
+        }
         self.ptr.as_ptr().wrapping_add(off)
     }
 

@@ -241,7 +241,7 @@ impl Comm {
     /// waits, and so does one whose look brought recovery messages from the peer.
     /// Returns whether it did anything (drove a recovery or looked): when not, the comm's
     /// requests and health are as the caller left them.
-    #[inline]
+    #[inline(always)]
     pub(super) fn on_wait<C: CoreOps>(
         &self,
         core: &mut C,

@@ -19,7 +19,11 @@ use std::sync::atomic::{Ordering, fence};
 impl Comm {
     /// `isend`: `Ok(None)` (a NULL request) until the receiver's buffer for this send is known.
     /// `phandle` is NCCL's profiler handle for it (NULL: none).
-    #[inline]
+    ///
+    /// Inlined into the exported entry: the common retry (the head group's clear-to-send not
+    /// written yet) is answered here, after the lock, with a look at the entry's sequence word
+    /// and a few compares; everything else is [`Comm::isend_locked`].
+    #[inline(always)]
     pub fn isend(
         &self,
         data: u64,
@@ -31,16 +35,54 @@ impl Comm {
         let Side::Sender { mem, core } = &self.side else {
             return Err(not_a_send_comm());
         };
-        const NO_KEYS: ferro_proto::Keys = [0; ferro_proto::MAX_DEVS];
-        let lkeys = match (size, mh) {
-            (0, _) => &NO_KEYS,
-            (_, Some(m)) => m.lkeys(),
-            (_, None) => return Err(no_memory_handle()),
-        };
+        if size > 0 && mh.is_none() {
+            return Err(no_memory_handle());
+        }
         // The comm's lock, taken once for the whole call (`Comm::lock`, with its error out of
         // line).
         let Ok(mut core) = core.lock() else {
             return Err(lock_poisoned());
+        };
+        // One answer, one unlock after it.
+        match core.awaited_group() {
+            Some(seq) if !entry_arrived(mem, seq, 0) => {
+                core.wait_clear_to_send(seq);
+                self.send_wait_answer(&mut core)
+            }
+            _ => self.isend_locked(mem, &mut core, data, size, tag, mh, phandle),
+        }
+    }
+
+    /// A retried `isend`'s answer: NULL, after the wait hook (the periodic look, a recovery's
+    /// steps), unless the comm failed.
+    /// Only called for a comm that had not failed: when the hook did nothing (the common
+    /// answer), the comm is as it was.
+    #[inline(always)]
+    fn send_wait_answer(&self, core: &mut SendCore) -> Result<Option<*mut ReqHandle>> {
+        if !self.on_wait(core, sender_completion) {
+            return Ok(None);
+        }
+        retry_answer(core)
+    }
+
+    /// [`Comm::isend`] past its shortcut, under the comm's lock: the core matches the send, and
+    /// the group it completes, if any, is written.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn isend_locked(
+        &self,
+        mem: &SenderMem,
+        core: &mut SendCore,
+        data: u64,
+        size: u32,
+        tag: i32,
+        mh: Option<&MrHandle>,
+        phandle: *mut c_void,
+    ) -> Result<Option<*mut ReqHandle>> {
+        const NO_KEYS: ferro_proto::Keys = [0; ferro_proto::MAX_DEVS];
+        let lkeys = match mh {
+            Some(m) if size > 0 => m.lkeys(),
+            _ => &NO_KEYS,
         };
         let failed_before = core.health.failure().is_some();
         let step = match core.isend(tag, size, data, lkeys, |seq, i| read_entry(mem, seq, i)) {
@@ -48,13 +90,10 @@ impl Comm {
             Err(e) => return Err(self.isend_refused(failed_before, e)),
         };
         if core.has_truncation_note() {
-            self.report_truncation(&mut core);
+            self.report_truncation(core);
         }
         match step {
-            SendStep::Retry(_) => {
-                let _ = self.on_wait(&mut *core, sender_completion);
-                retry_answer(&*core)
-            }
+            SendStep::Retry(_) => self.send_wait_answer(core),
             SendStep::Matched { req } => {
                 crate::profiler::on_send_matched(self, req, phandle);
                 Ok(Some(self.req_ptr(req)))
@@ -237,22 +276,22 @@ impl Comm {
     }
 }
 
-/// Entry `i` of group `seq` from the sender's FIFO, if the receiver has written all of it
-/// ([`CtsEntry::decode_words`]).
+/// Whether the sequence word of entry `i` of group `seq` is in the sender's FIFO: while it is
+/// not, the clear-to-send has not arrived (the common answer of a retried send), and nothing
+/// more is read.
 #[inline(always)]
-fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
-    let off = fifo::entry_offset(seq, i);
-    // The sequence word first: while the clear-to-send has not arrived (the common answer of
-    // a retried send) nothing more is read, and the call costs this one load.
-    if mem.fifo.read_u32_le(off) != fifo::expected_seq_word(seq) {
-        return None;
-    }
-    decode_entry(mem, off, seq)
+fn entry_arrived(mem: &SenderMem, seq: u64, i: usize) -> bool {
+    mem.fifo.read_u32_le(fifo::entry_offset(seq, i)) == fifo::expected_seq_word(seq)
 }
 
-/// The rest of [`read_entry`] once the sequence word is there: the whole entry, checked.
-#[inline(never)]
-fn decode_entry(mem: &SenderMem, off: usize, seq: u64) -> Option<CtsEntry> {
+/// Entry `i` of group `seq` from the sender's FIFO, if the receiver has written all of it
+/// ([`CtsEntry::decode_words`]): the sequence word first, then the whole entry, checked.
+#[inline]
+fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
+    if !entry_arrived(mem, seq, i) {
+        return None;
+    }
+    let off = fifo::entry_offset(seq, i);
     let e = CtsEntry::decode_words(&mem.fifo.read_words::<ENTRY_WORDS>(off), seq);
     // The entry's fields are used only after this point.
     fence(Ordering::Acquire);

@@ -130,8 +130,11 @@ struct SendReq {
 }
 
 /// The head group while its sends are being matched, and the last group completed until the
-/// next one opens. One per core, reused in place: it is large (up to 8 entries and items with a
-/// key per member device), and copying it per message costs time on the data path.
+/// next one opens. One per core, reused in place: it is large (up to 8 entries with a key per
+/// member device), and copying it per message costs time on the data path. The matched sends'
+/// items and requests are written straight into the in-flight bookkeeping of the group's slot
+/// (free while the group is open: a group opens only once its slot's last group is delivered),
+/// so nothing is copied when the group is posted.
 #[derive(Debug, Clone, Copy)]
 struct GroupBuf {
     seq: u64,
@@ -140,12 +143,13 @@ struct GroupBuf {
     entries: [CtsEntry; MAX_RECVS],
     n: usize,
     taken: [bool; MAX_RECVS],
-    items: [SendItem; MAX_RECVS],
-    reqs: [u32; MAX_RECVS],
+    /// Entries not taken yet (`n` minus the `true`s of `taken`).
+    left: usize,
 }
 
 /// Signaled writes still outstanding for the group that last used a slot, and its sends (kept
-/// until the group is delivered, for a replay after a recovery).
+/// until the group is delivered, for a replay after a recovery). While the slot's next group
+/// is open (`remaining` is 0 then), `items` and `reqs` fill with that group's matched sends.
 #[derive(Debug, Clone, Copy)]
 struct InFlight {
     seq: u64,
@@ -227,8 +231,7 @@ impl SendCore {
                 entries: [NO_ENTRY; MAX_RECVS],
                 n: 0,
                 taken: [false; MAX_RECVS],
-                items: [NO_ITEM; MAX_RECVS],
-                reqs: [0; MAX_RECVS],
+                left: 0,
             },
             open: false,
             inflight: [IDLE; SLOTS],
@@ -267,6 +270,7 @@ impl SendCore {
     /// it is complete (see [`CtsEntry::decode`]); it is only called when a new group is opened.
     /// `addr`/`lkeys` name the caller's registered buffer and its key on each member device
     /// (zeros for an empty send).
+    #[inline(always)]
     pub fn isend(
         &mut self,
         tag: i32,
@@ -293,73 +297,58 @@ impl SendCore {
             let seq = g.seq;
             return Ok(self.retry(SendWait::TagAhead { tag, seq }));
         };
-        let (gseq, capacity) = (g.seq, g.entries[i].size);
-        let completes = g.taken[..g.n].iter().filter(|t| !**t).count() == 1;
+        let (gseq, n, e) = (g.seq, g.n, &g.entries[i]);
+        let capacity = e.size;
+        let completes = g.left == 1;
         if size > capacity && self.oversize == Oversize::Refuse {
-            let f = Failure::usage(format!(
-                "send of {size} bytes (tag {tag}) is larger than the receive buffer of {capacity} bytes it matched (receive #{gseq}): a comm of ABI v7 refuses it, as NCCL 2.19 did; nothing was sent"
-            ));
-            return Err(CoreError::Failed(self.health.fail(f).clone()));
+            return Err(self.refuse_oversize(tag, size, capacity, gseq));
         }
-        let item = SendItem {
+        // Written in place once, into the slot's bookkeeping (the size already truncated to the
+        // buffer): a send that is retried below leaves its entry untaken, and the next one
+        // overwrites the item.
+        let s = slot(gseq);
+        self.inflight[s].items[i] = SendItem {
             addr,
             lkeys: *lkeys,
             size: size.min(capacity),
-            remote_addr: g.entries[i].addr,
-            rkeys: g.entries[i].rkeys,
+            remote_addr: e.addr,
+            rkeys: e.rkeys,
         };
-        // Written in place once (the size already truncated to the buffer): a send that is
-        // retried below leaves its entry untaken, and the next one overwrites the item.
-        let g = &mut self.cur;
-        g.items[i] = item;
         // The QPs of the group (needed only by the send that completes it).
         let mut qps = 0..0;
         if completes {
             // The last send of the group: it is taken only if the group's writes fit now.
             qps = self.layout.group_qps(gseq);
-            let items = &g.items[..g.n];
+            let items = &self.inflight[s].items[..n];
             if let Some(qp) = self.room.full_qp_of(gseq, qps.clone(), items, &self.layout) {
                 return Ok(self.retry(SendWait::QueueFull { seq: gseq, qp }));
             }
         }
         let size = if size > capacity {
-            self.health.counters.truncated += 1;
-            if self.health.counters.truncated == 1 {
-                self.truncation_note = Some(Truncation {
-                    tag,
-                    seq: gseq,
-                    size,
-                    capacity,
-                });
-            }
+            self.note_truncation(tag, gseq, size, capacity);
             capacity
         } else {
             size
         };
         let req = self.reqs.alloc(SendReq { size, done: false })?;
-        self.health.counters.messages += 1;
-        self.health.counters.bytes += u64::from(size);
-        self.health.counters.requests += 1;
+        let c = &mut self.health.counters;
+        c.messages += 1;
+        c.bytes += u64::from(size);
+        c.requests += 1;
         self.last_wait = None;
         let g = &mut self.cur;
         g.taken[i] = true;
-        g.reqs[i] = req;
-        if !g.taken[..g.n].iter().all(|t| *t) {
+        g.left -= 1;
+        let f = &mut self.inflight[s];
+        f.reqs[i] = req;
+        if !completes {
             return Ok(SendStep::Matched { req });
         }
         self.open = false;
-        // Field by field: only the group's own items are copied (one for a single buffer).
-        let f = &mut self.inflight[slot(gseq)];
+        // The items and requests are in the slot already: only the group's figures are set.
         f.seq = gseq;
         f.remaining = qps.len() as u32;
-        f.reqs = g.reqs;
-        f.n = g.n;
-        if g.n == 1 {
-            // A plain move of one item rather than a copy of a slice of them.
-            f.items[0] = g.items[0];
-        } else {
-            f.items[..g.n].copy_from_slice(&g.items[..g.n]);
-        }
+        f.n = n;
         f.replay = 0;
         g.qps = (qps.start, qps.end);
         // The send that completes the group ran `full_qp_of` on these same items above.
@@ -368,19 +357,69 @@ impl SendCore {
         Ok(SendStep::Post { req })
     }
 
+    /// A v7 comm's refusal of a send larger than its buffer: the comm fails.
+    #[cold]
+    #[inline(never)]
+    fn refuse_oversize(&mut self, tag: i32, size: u32, capacity: u32, gseq: u64) -> CoreError {
+        let f = Failure::usage(format!(
+            "send of {size} bytes (tag {tag}) is larger than the receive buffer of {capacity} bytes it matched (receive #{gseq}): a comm of ABI v7 refuses it, as NCCL 2.19 did; nothing was sent"
+        ));
+        CoreError::Failed(self.health.fail(f).clone())
+    }
+
+    /// Counts a truncated send, and keeps the comm's first one for the transport to report.
+    #[cold]
+    #[inline(never)]
+    fn note_truncation(&mut self, tag: i32, seq: u64, size: u32, capacity: u32) {
+        self.health.counters.truncated += 1;
+        if self.health.counters.truncated == 1 {
+            self.truncation_note = Some(Truncation {
+                tag,
+                seq,
+                size,
+                capacity,
+            });
+        }
+    }
+
+    /// The head group, when an `isend` now could only open it (the comm healthy and running, no
+    /// group open, its slot free): the call's answer then depends on that group's first FIFO
+    /// entry alone. The transport looks at the entry's sequence word itself and, while it is not
+    /// there, answers the retry with [`SendCore::wait_clear_to_send`] without matching anything:
+    /// the same answer, counters and wait as [`SendCore::isend`] would give.
+    #[inline]
+    pub fn awaited_group(&self) -> Option<u64> {
+        let seq = self.seq;
+        let idle = !self.open
+            && self.health.failure().is_none()
+            && !self.recovery.is_stopped()
+            && self.inflight[slot(seq)].remaining == 0;
+        idle.then_some(seq)
+    }
+
+    /// The retry of an `isend` that found group `seq`'s ([`SendCore::awaited_group`]) first
+    /// entry not written yet.
+    #[inline]
+    pub fn wait_clear_to_send(&mut self, seq: u64) -> SendStep {
+        self.retry(SendWait::ClearToSend { seq })
+    }
+
     /// The group the last [`SendStep::Post`] completed, to be written now: valid until the next
     /// `isend` (which may open the next group).
+    #[inline]
     pub fn ready_group(&self) -> ReadyGroup<'_> {
         let g = &self.cur;
+        let f = &self.inflight[slot(g.seq)];
         ReadyGroup {
             seq: g.seq,
             qps: g.qps,
-            items: &g.items[..g.n],
-            reqs: &g.reqs[..g.n],
+            items: &f.items[..g.n],
+            reqs: &f.reqs[..g.n],
             epoch: self.recovery.epoch(),
         }
     }
 
+    #[inline]
     fn retry(&mut self, wait: SendWait) -> SendStep {
         self.health.counters.retries += 1;
         self.last_wait = Some(wait);
@@ -407,6 +446,7 @@ impl SendCore {
 
     /// Opens the head group in place from its FIFO slot, if the receiver's entries are all
     /// there (on failure nothing is open, whatever was read).
+    #[inline(always)]
     fn open_group(
         &mut self,
         read_entry: &mut impl FnMut(u64, usize) -> Option<CtsEntry>,
@@ -415,19 +455,24 @@ impl SendCore {
         if self.inflight[slot(seq)].remaining > 0 {
             return Err(SendWait::SlotBusy { seq });
         }
-        let first = read_entry(seq, 0).ok_or(SendWait::ClearToSend { seq })?;
-        let n = usize::from(first.nreqs);
+        // One call site of `read_entry` (the transport's reader is then inlined here), each
+        // entry decoded straight into the group; the first says how many there are.
         let g = &mut self.cur;
-        g.entries[0] = first;
-        for i in 1..n {
+        let (mut i, mut n) = (0, 1);
+        while i < n {
             match read_entry(seq, i) {
-                Some(e) if e.nreqs == first.nreqs => g.entries[i] = e,
+                Some(e) if i == 0 || e.nreqs == g.entries[0].nreqs => g.entries[i] = e,
                 _ => return Err(SendWait::ClearToSend { seq }),
             }
+            if i == 0 {
+                n = usize::from(g.entries[0].nreqs);
+            }
+            i += 1;
         }
         g.seq = seq;
         g.n = n;
         g.taken = [false; MAX_RECVS];
+        g.left = n;
         Ok(())
     }
 

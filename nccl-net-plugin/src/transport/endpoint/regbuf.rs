@@ -73,6 +73,7 @@ impl RegBuf {
     }
 
     /// The little-endian `u32` at `off` (volatile, as [`RegBuf::read_words`]).
+    #[inline(always)]
     pub(in crate::transport) fn read_u32_le(&self, off: usize) -> u32 {
         self.buf.volatile().read_u32_le(off)
     }

@@ -371,6 +371,80 @@ fn a_failed_comm_refuses_every_later_send() {
     ));
 }
 
+/// A send through the transport's retry shortcut: [`SendCore::wait_clear_to_send`] when
+/// [`SendCore::awaited_group`] names a group whose first entry is not there, else `isend`.
+fn send_with_shortcut(c: &mut SendCore, fifo: &Fifo, tag: i32, size: u32) -> SendStep {
+    if let Some(seq) = c.awaited_group() {
+        if fifo.read(seq, 0).is_none() {
+            return c.wait_clear_to_send(seq);
+        }
+    }
+    send(c, fifo, tag, size)
+}
+
+#[test]
+fn the_retry_shortcut_answers_and_counts_as_isend_does() {
+    // Group 0 of two buffers, then group 1 not posted yet: the shortcut is taken before group
+    // 0 opens (not there), never while it is open, and again for group 1 (not there).
+    let mut fifo = Fifo { groups: vec![] };
+    let mut a = SendCore::new(QpLayout::one_device(1, false));
+    let mut b = SendCore::new(QpLayout::one_device(1, false));
+    let steps = |a: &mut SendCore, b: &mut SendCore, fifo: &Fifo, tag: i32| {
+        let (x, y) = (send(a, fifo, tag, 8), send_with_shortcut(b, fifo, tag, 8));
+        assert_eq!(x, y);
+        assert_eq!(a.health.counters, b.health.counters);
+        assert_eq!(a.describe_wait(), b.describe_wait());
+        x
+    };
+    assert_eq!(
+        steps(&mut a, &mut b, &fifo, 0),
+        SendStep::Retry(SendWait::ClearToSend { seq: 0 })
+    );
+    fifo.groups.push(vec![(0, 8), (1, 8)]);
+    assert!(matches!(
+        steps(&mut a, &mut b, &fifo, 0),
+        SendStep::Matched { .. }
+    ));
+    assert_eq!(b.awaited_group(), None, "group 0 is open");
+    assert!(matches!(
+        steps(&mut a, &mut b, &fifo, 0),
+        SendStep::Retry(SendWait::TagAhead { .. })
+    ));
+    assert!(matches!(
+        steps(&mut a, &mut b, &fifo, 1),
+        SendStep::Post { .. }
+    ));
+    assert_eq!(b.awaited_group(), Some(1));
+    assert_eq!(
+        steps(&mut a, &mut b, &fifo, 0),
+        SendStep::Retry(SendWait::ClearToSend { seq: 1 })
+    );
+}
+
+#[test]
+fn the_retry_shortcut_is_not_offered_to_a_failed_stopped_or_busy_comm() {
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    assert_eq!(c.awaited_group(), Some(0));
+    c.recovery.set_budget(Duration::from_secs(1));
+    c.recovery.stop(Duration::ZERO, "test").unwrap();
+    assert_eq!(c.awaited_group(), None, "stopped for recovery");
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    c.health.fail(Failure::remote("peer gone"));
+    assert_eq!(c.awaited_group(), None, "failed");
+    // Every slot used once, group 0's writes still in flight: group 32's slot is busy.
+    let fifo = groups_of(SLOTS + 1, 1, 8);
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    for k in 0..SLOTS as u64 {
+        assert!(matches!(send(&mut c, &fifo, 0, 8), SendStep::Post { .. }));
+        if k != 0 {
+            c.handle_completion(WrId::Send { seq: k }.encode());
+        }
+    }
+    assert_eq!(c.awaited_group(), None, "slot busy");
+    c.handle_completion(WrId::Send { seq: 0 }.encode());
+    assert_eq!(c.awaited_group(), Some(SLOTS as u64));
+}
+
 // ---- room in the send queues -----------------------------------------------------------
 
 /// Groups `0..n`, each of `bufs` buffers of `size` bytes with tags `0..bufs`.
