@@ -148,7 +148,8 @@ settings! {
     resiliency_start_delay_ms: Option<u32> = "NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY", None,
         opt_int(0, 600_000), or "unset";
     /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX` (NCCL's default 5): the most epochs one
-    /// recovery may enter (a failure during a recovery restarts it) before the comm fails
+    /// recovery may enter (a peer that stops again at a later epoch restarts it there) before
+    /// the comm fails
     /// (unset: only the budget bounds it).
     resiliency_attempts_max: Option<u32> = "NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX", None,
         opt_int(1, 1_000), or "unset";
