@@ -30,7 +30,8 @@ pub const FIFO_BYTES: usize = SLOTS * MAX_RECVS * ENTRY_SIZE;
 pub const SIZES_BYTES: usize = SLOTS * MAX_RECVS * 4;
 const RKEYS_AT: usize = 24;
 const CHECK_AT: usize = RKEYS_AT + 4 * MAX_DEVS;
-const _: () = assert!(CHECK_AT + 8 == ENTRY_SIZE && RKEYS_AT % 8 == 0 && MAX_DEVS % 2 == 0);
+const _: () =
+    assert!(CHECK_AT + 8 == ENTRY_SIZE && RKEYS_AT == 24 && MAX_DEVS == 8 && ENTRY_WORDS == 8);
 
 /// One posted receive buffer, as the sender sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +78,7 @@ const K: [u64; 10] = [
 /// The check word of an entry's first [`CHECK_AT`] / 8 words (the first with the sequence
 /// number in its low half): pairs of words are folded ([`fold`]) and the folds folded again,
 /// which costs five multiplications. Never 0, so a zeroed FIFO never holds a valid entry.
-#[inline]
+#[inline(always)]
 fn check_of(w: &[u64; ENTRY_WORDS]) -> u64 {
     let a = fold(w[0] ^ K[0], w[1] ^ K[1]);
     let b = fold(w[2] ^ K[2], w[3] ^ K[3]);
@@ -90,15 +91,20 @@ impl CtsEntry {
     /// The entry as the [`ENTRY_WORDS`] little-endian `u64` words of its layout, check word
     /// included: what the receiver stages (whole stores, no byte shuffling) and the sender
     /// reads ([`CtsEntry::decode_words`]).
-    #[inline]
+    #[inline(always)]
     pub fn encode_words(&self) -> [u64; ENTRY_WORDS] {
-        let mut w = [0u64; ENTRY_WORDS];
-        w[0] = u64::from(self.seq as u32) | u64::from(self.size) << 32;
-        w[1] = self.addr;
-        w[2] = u64::from(self.tag as u32) | u64::from(self.nreqs) << 32 | u64::from(self.idx) << 48;
-        for (i, k) in self.rkeys.iter().enumerate() {
-            w[RKEYS_AT / 8 + i / 2] |= u64::from(*k) << (32 * (i % 2));
-        }
+        // Each word built whole (no zeroing then or-ing in): the key pairs by member index.
+        let k = |i: usize| u64::from(self.rkeys[i]) | u64::from(self.rkeys[i + 1]) << 32;
+        let mut w = [
+            u64::from(self.seq as u32) | u64::from(self.size) << 32,
+            self.addr,
+            u64::from(self.tag as u32) | u64::from(self.nreqs) << 32 | u64::from(self.idx) << 48,
+            k(0),
+            k(2),
+            k(4),
+            k(6),
+            0,
+        ];
         w[CHECK_AT / 8] = check_of(&w);
         w
     }
@@ -181,6 +187,36 @@ pub fn find_buffer(entries: &[CtsEntry], taken: &[bool], tag: i32) -> Option<usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The layout written out field by field, as the encoding was before it built whole
+    /// words: the wire bytes must not change.
+    fn encode_by_fields(x: &CtsEntry) -> [u8; ENTRY_SIZE] {
+        let mut b = [0u8; ENTRY_SIZE];
+        b[0..4].copy_from_slice(&(x.seq as u32).to_le_bytes());
+        b[4..8].copy_from_slice(&x.size.to_le_bytes());
+        b[8..16].copy_from_slice(&x.addr.to_le_bytes());
+        b[16..20].copy_from_slice(&x.tag.to_le_bytes());
+        b[20..22].copy_from_slice(&x.nreqs.to_le_bytes());
+        b[22..24].copy_from_slice(&x.idx.to_le_bytes());
+        for (i, k) in x.rkeys.iter().enumerate() {
+            b[RKEYS_AT + 4 * i..RKEYS_AT + 4 * i + 4].copy_from_slice(&k.to_le_bytes());
+        }
+        let mut w = [0u64; ENTRY_WORDS];
+        for (i, c) in b.chunks_exact(8).enumerate().take(CHECK_AT / 8) {
+            w[i] = u64::from_le_bytes(c.try_into().unwrap());
+        }
+        b[CHECK_AT..].copy_from_slice(&check_of(&w).to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn encoding_whole_words_gives_the_same_bytes_as_the_field_layout() {
+        let mut x = e(0xfff_ffff_fffe, 5, 8, -3, u32::MAX);
+        x.rkeys = [1, u32::MAX, 3, 0x8000_0000, 5, 6, 7, 0xdead_beef];
+        for y in [x, e(0, 0, 1, 0, 0), e(40, 1, 3, 7, 4096)] {
+            assert_eq!(y.encode(), encode_by_fields(&y));
+        }
+    }
 
     fn e(seq: u64, idx: u16, nreqs: u16, tag: i32, size: u32) -> CtsEntry {
         CtsEntry {
