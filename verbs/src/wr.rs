@@ -323,20 +323,14 @@ impl<S: Store> SendChain<S> {
             signaled,
             inline: false,
         };
-        self.push(wr_id, IBV_WR_RDMA_READ, Some(local), remote, None, flags);
-    }
-
-    fn push(
-        &mut self,
-        wr_id: u64,
-        opcode: u32,
-        local: Option<Sge>,
-        remote: RemoteAddr,
-        imm: Option<u32>,
-        flags: SendFlags,
-    ) {
-        self.store
-            .push(WrSlot::new(wr_id, opcode, local, remote, imm, flags));
+        self.store.push(WrSlot::new(
+            wr_id,
+            IBV_WR_RDMA_READ,
+            Some(local),
+            remote,
+            None,
+            flags,
+        ));
     }
 
     /// Links the chain where it lies now and returns its first request (null when empty):
