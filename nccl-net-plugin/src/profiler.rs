@@ -44,10 +44,9 @@ use ferro_ffi::{
     NCCL_PROFILE_QP, NCCL_PROFILER_NET_IB_VER, NCCL_PROFILER_NET_TYPE_IB, ncclProfilerCallback_t,
     ncclProfilerNetIbDescr_v1_t, ncclProfilerNetIbQp_v1_t, profiler_event,
 };
-use ferro_proto::comm::recv::{PostRecv, RECV_REQS};
+use ferro_proto::comm::recv::{PostRecv, RECV_REQS, RecvBuf};
 use ferro_proto::comm::send::{ReadyGroup, SEND_REQS};
 use ferro_proto::comm::wr_id::WrId;
-use ferro_proto::fifo::CtsEntry;
 use ferro_proto::plan::{QpLayout, SendItem, buffer_shares};
 use ferro_proto::{MAX_RECVS, SLOTS};
 use ferro_verbs::sys::{IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, ibv_wc};
@@ -460,12 +459,7 @@ fn send_posted(comm: &impl EventSource, req: u32, ph: usize, group: &ReadyGroup<
 
 /// `irecv` posted the receives of `post`.
 #[inline]
-pub fn on_recv_posted(
-    comm: &impl EventSource,
-    post: &PostRecv,
-    entries: &[CtsEntry],
-    ph: Phandles,
-) {
+pub fn on_recv_posted(comm: &impl EventSource, post: &PostRecv, bufs: &[RecvBuf], ph: Phandles) {
     let Some(cb) = callback() else {
         return;
     };
@@ -474,10 +468,10 @@ pub fn on_recv_posted(
     }
     let ph = ph.0;
     let mut sizes = [0u32; MAX_RECVS];
-    for (s, e) in sizes.iter_mut().zip(entries) {
-        *s = e.size;
+    for (s, b) in sizes.iter_mut().zip(bufs) {
+        *s = b.size;
     }
-    let n = entries.len();
+    let n = bufs.len();
     book_of(comm, false).recv_posted(&mut Nccl(cb), post.req, post.seq, &sizes[..n], &ph[..n]);
 }
 

@@ -327,16 +327,19 @@ impl Comm {
         }
     }
 
-    /// `test` on one side's core. The answer while waiting (pending before and after this
-    /// call's poll, no look due, the comm healthy) is reached with two look-ups of the request,
-    /// one poll per member CQ and a counter; everything else takes the core's full `test`.
-    #[inline]
+    /// `test` on one side's core: `Ok(true)` when the request is done (it is then freed, and
+    /// `on_done` was handed its sizes), `Ok(false)` while it is not. The answer while waiting
+    /// (pending before and after this call's poll, no look due, the comm healthy) is reached
+    /// with two look-ups of the request, one poll per member CQ and a counter, and moves no
+    /// sizes; everything else takes the core's full `test`.
+    #[inline(always)]
     fn test_with<C: CoreOps>(
         &self,
         core: &mut C,
         idx: u32,
         on_wc: impl FnMut(&mut C, &ibv_wc) + Copy,
-    ) -> Result<Option<Done>> {
+        on_done: impl FnOnce(&Done),
+    ) -> Result<bool> {
         if core.is_pending(idx) {
             if core.health().failure().is_none() {
                 self.poll_inline(core, on_wc);
@@ -347,26 +350,34 @@ impl Comm {
                 && !self.on_wait(core, on_wc)
                 && core.health().failure().is_none()
             {
-                return Ok(None);
+                return Ok(false);
             }
         }
         // Done (and freed), not in flight (a usage error), or the comm's failure for a request
         // still pending: a request that the last poll completed is done, even once the comm
         // failed (the look may have polled once more before failing it).
-        core.test(idx).map_err(|e| self.core_error(e))
+        match core.test(idx) {
+            Ok(Some(d)) => {
+                on_done(&d);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(self.core_error(e)),
+        }
     }
 
-    /// `test`: `Some` when the request is done (it is then freed).
-    #[inline]
-    pub(super) fn test(&self, idx: u32) -> Result<Option<Done>> {
+    /// `test`: `Ok(true)` when the request is done (it is then freed, after `on_done` was
+    /// handed its sizes).
+    #[inline(always)]
+    pub(super) fn test(&self, idx: u32, on_done: impl FnOnce(&Done)) -> Result<bool> {
         match &self.side {
             Side::Sender { core, .. } => {
                 let mut core = self.lock(core)?;
-                self.test_with(&mut *core, idx, sender_completion)
+                self.test_with(&mut *core, idx, sender_completion, on_done)
             }
             Side::Receiver { core, mem, .. } => {
                 let mut core = self.lock(core)?;
-                let done = self.test_with(&mut *core, idx, receiver_completion(mem));
+                let done = self.test_with(&mut *core, idx, receiver_completion(mem), on_done);
                 // Staged clear-to-send entries go out once the sender runs low (the poll
                 // above has just counted what it used).
                 if core.health.failure().is_none() {

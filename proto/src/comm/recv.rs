@@ -36,7 +36,7 @@ use super::{CommHealth, CoreError, Done};
 use crate::fifo::{CtsEntry, ENTRY_SIZE, FIFO_BYTES, entry_offset};
 use crate::plan::QpLayout;
 use crate::recovery::Recovery;
-use crate::{Keys, MAX_DEVS, MAX_RECVS, SLOTS};
+use crate::{Keys, MAX_RECVS, SLOTS};
 use std::ops::Range;
 
 /// Receive requests one comm can hold (receives and flushes together).
@@ -52,8 +52,9 @@ pub struct RecvBuf {
     pub rkeys: Keys,
 }
 
-/// What the transport posts for a receive; its clear-to-send entries stay in the core
-/// ([`RecvCore::posted_entries`]), so nothing large is copied per message.
+/// What the transport posts for a receive. Its clear-to-send entries are not kept: the
+/// transport encodes them straight from the receive's buffers into its staging
+/// ([`PostRecv::entry`]), so nothing large is stored, copied or read back per message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostRecv {
     pub req: u32,
@@ -68,6 +69,30 @@ pub struct PostRecv {
 }
 
 impl PostRecv {
+    /// The clear-to-send entry of buffer `i` of this receive's `n` buffers, `b`: to be staged
+    /// at [`PostRecv::stage_offset`] + `i * ENTRY_SIZE` (the offset of FIFO slot
+    /// `seq % SLOTS`) before anything is posted.
+    #[inline(always)]
+    pub fn entry(&self, i: usize, n: usize, b: &RecvBuf) -> CtsEntry {
+        CtsEntry {
+            seq: self.seq + 1,
+            addr: b.addr,
+            rkeys: b.rkeys,
+            size: b.size,
+            tag: b.tag,
+            nreqs: n as u16,
+            idx: i as u16,
+        }
+    }
+
+    /// Every entry of this receive of `bufs` ([`PostRecv::entry`]), in buffer order.
+    pub fn entries<'a>(&'a self, bufs: &'a [RecvBuf]) -> impl Iterator<Item = CtsEntry> + 'a {
+        let n = bufs.len();
+        bufs.iter()
+            .enumerate()
+            .map(move |(i, b)| self.entry(i, n, b))
+    }
+
     /// Where the entries go, in the staging area and in the sender's FIFO alike.
     pub fn stage_offset(&self) -> usize {
         entry_offset(self.seq, 0)
@@ -197,8 +222,6 @@ pub struct RecvCore {
     last_n: usize,
     /// Clear-to-send writes made (for signaling one in [`CTS_SIGNAL_EVERY`]).
     cts_writes: u64,
-    /// The entries of the last receive posted (its first `last_n`).
-    entries: [CtsEntry; MAX_RECVS],
     /// The comm's sticky error, counters and stall watchdog.
     pub health: CommHealth,
     /// The epoch, the stop and the budget of recovery in place.
@@ -215,15 +238,6 @@ impl RecvCore {
             cts_next: 0,
             last_n: 0,
             cts_writes: 0,
-            entries: [CtsEntry {
-                seq: 0,
-                addr: 0,
-                rkeys: [0; MAX_DEVS],
-                size: 0,
-                tag: 0,
-                nreqs: 0,
-                idx: 0,
-            }; MAX_RECVS],
             health: CommHealth::default(),
             recovery: Recovery::default(),
         }
@@ -255,17 +269,6 @@ impl RecvCore {
             done: None,
             arrived: 0,
         })?;
-        for (i, (e, b)) in self.entries.iter_mut().zip(bufs).enumerate() {
-            *e = CtsEntry {
-                seq: seq + 1,
-                addr: b.addr,
-                rkeys: b.rkeys,
-                size: b.size,
-                tag: b.tag,
-                nreqs: n as u16,
-                idx: i as u16,
-            };
-        }
         self.seq += 1;
         self.posted += 1;
         self.last_n = n;
@@ -279,13 +282,6 @@ impl RecvCore {
             cts,
             epoch,
         }))
-    }
-
-    /// The clear-to-send entries of the last receive [`RecvCore::irecv`] posted, to be staged at
-    /// its [`PostRecv::stage_offset`] (the offset of FIFO slot `seq % SLOTS`) before anything is
-    /// posted: valid until the next `irecv`.
-    pub fn posted_entries(&self) -> &[CtsEntry] {
-        &self.entries[..self.last_n]
     }
 
     /// Clear-to-send entries the sender holds and has not used yet: groups whose entries were
