@@ -107,7 +107,9 @@ impl Comm {
     ) -> Result<()> {
         let member = self.ep.layout().local_dev(CTS_QP);
         let remote_key = mem.peer_fifo.1[self.ep.layout().remote_dev(CTS_QP)];
-        let n = w.ranges().count();
+        // `N` is the number of ranges: two exactly when the run wraps (`post_cts`).
+        let n = N;
+        debug_assert_eq!(w.ranges().count(), N);
         let mut chain = SendChain::<Fixed<N>>::fixed();
         for (i, r) in w.ranges().enumerate() {
             let local = mem.cts_stage.sge(member, r.start, r.len() as u32);

@@ -120,40 +120,51 @@ impl PostRecv {
 pub struct CtsWrite {
     pub from: u64,
     pub to: u64,
-    ranges: [Range<usize>; 2],
+    /// The bytes written of the run's last slot: its group's entries. The byte ranges are
+    /// computed when the write is posted, so an `irecv` whose entries stay staged carries
+    /// little.
+    last_bytes: u32,
+    epoch: u32,
     /// Whether the (last) work request is signaled.
     pub signaled: bool,
-    epoch: u32,
 }
 
 impl CtsWrite {
     fn new(from: u64, to: u64, last_n: usize, signaled: bool) -> CtsWrite {
         debug_assert!(from < to && to - from <= SLOTS as u64);
-        let start = entry_offset(from, 0);
-        let end = entry_offset(to - 1, 0) + last_n * ENTRY_SIZE;
-        let ranges = if end > start {
-            [start..end, 0..0]
-        } else {
-            [start..FIFO_BYTES, 0..end]
-        };
+        debug_assert!((1..=MAX_RECVS).contains(&last_n));
         CtsWrite {
             from,
             to,
-            ranges,
-            signaled,
+            last_bytes: (last_n * ENTRY_SIZE) as u32,
             epoch: 0,
+            signaled,
+        }
+    }
+
+    /// The run's byte ranges: `[start..end, 0..0]`, or `[start..FIFO_BYTES, 0..end]` when it
+    /// wraps around the end of the ring.
+    #[inline]
+    fn range_pair(&self) -> [Range<usize>; 2] {
+        let start = entry_offset(self.from, 0);
+        let end = entry_offset(self.to - 1, 0) + self.last_bytes as usize;
+        if end > start {
+            [start..end, 0..0]
+        } else {
+            [start..FIFO_BYTES, 0..end]
         }
     }
 
     /// The byte ranges to write (one, or two when the run wraps), in posting order.
-    pub fn ranges(&self) -> impl Iterator<Item = Range<usize>> + '_ {
-        self.ranges.iter().filter(|r| !r.is_empty()).cloned()
+    #[inline]
+    pub fn ranges(&self) -> impl Iterator<Item = Range<usize>> + use<> {
+        self.range_pair().into_iter().filter(|r| !r.is_empty())
     }
 
     /// Whether the run wraps around the end of the ring (two ranges, two work requests).
     #[inline]
     pub fn wraps(&self) -> bool {
-        !self.ranges[1].is_empty()
+        entry_offset(self.to - 1, 0) + self.last_bytes as usize <= entry_offset(self.from, 0)
     }
 
     /// Receive groups this write announces.
