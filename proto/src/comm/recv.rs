@@ -222,6 +222,10 @@ pub struct FlushTarget {
 #[derive(Debug)]
 pub struct RecvCore {
     layout: QpLayout,
+    /// [`QpLayout::group_qps`] of this (fixed) layout, worked out once: a group uses
+    /// `group_width` QPs from `(seq % group_windows) * group_width` on.
+    group_width: usize,
+    group_windows: u64,
     reqs: RequestTable<RecvReq>,
     /// The next receive group.
     seq: u64,
@@ -241,8 +245,16 @@ pub struct RecvCore {
 
 impl RecvCore {
     pub fn new(layout: QpLayout) -> RecvCore {
+        let nqps = layout.nqps.max(1);
+        let group_width = if layout.split {
+            nqps
+        } else {
+            layout.data_qps()
+        };
         RecvCore {
             layout,
+            group_width,
+            group_windows: (nqps / group_width).max(1) as u64,
             reqs: RequestTable::new(RECV_REQS),
             seq: 0,
             posted: 0,
@@ -271,7 +283,7 @@ impl RecvCore {
         }
         let seq = self.seq;
         let n = bufs.len();
-        let qps = self.layout.group_qps(seq);
+        let qps = self.group_qps(seq);
         let req = self.reqs.alloc(RecvReq::Recv {
             seq,
             n: n as u8,
@@ -293,6 +305,18 @@ impl RecvCore {
             cts,
             epoch,
         }))
+    }
+
+    /// The QPs group `seq` uses ([`QpLayout::group_qps`]), without re-deriving the layout's
+    /// window per receive: one QP and no division in the common case.
+    #[inline]
+    fn group_qps(&self, seq: u64) -> Range<usize> {
+        let start = if self.group_windows == 1 {
+            0
+        } else {
+            (seq % self.group_windows) as usize * self.group_width
+        };
+        start..start + self.group_width
     }
 
     /// Clear-to-send entries the sender holds and has not used yet: groups whose entries were

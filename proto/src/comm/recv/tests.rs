@@ -402,3 +402,24 @@ fn a_flush_is_done_on_its_completion_and_reports_no_sizes() {
     c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
     assert_eq!(c.take_done(f), Ok(Some(Done::NOTHING)));
 }
+
+#[test]
+fn the_qps_a_group_uses_are_the_layouts_for_every_shape_and_sequence() {
+    for nqps in 1..=4 {
+        for split in [false, true] {
+            for local in 1..=3 {
+                for remote in 1..=3 {
+                    let layout = QpLayout::new(nqps, split, local, remote);
+                    let c = RecvCore::new(layout);
+                    for seq in 0..40 {
+                        assert_eq!(
+                            c.group_qps(seq),
+                            layout.group_qps(seq),
+                            "{layout:?} group {seq}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
