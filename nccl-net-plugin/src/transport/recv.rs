@@ -14,7 +14,11 @@ use ferro_verbs::{Fixed, RemoteAddr, SendChain};
 
 impl Comm {
     /// `irecv`: `Ok(None)` (a NULL request) when 32 receives are outstanding.
-    pub fn irecv(&self, bufs: &[RecvBuf], phandles: Phandles) -> Result<Option<*mut ReqHandle>> {
+    pub fn irecv(
+        &self,
+        bufs: &[RecvBuf],
+        phandles: Phandles<'_>,
+    ) -> Result<Option<*mut ReqHandle>> {
         let Side::Receiver { mem, core, .. } = &self.side else {
             return Err(Error::Usage("irecv on a send comm".into()));
         };
