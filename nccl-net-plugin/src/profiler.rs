@@ -24,7 +24,7 @@
 //! slot). `iflush` and the clear-to-send writes have no events, as in NCCL's transport.
 //!
 //! Owns: the callback; [`Phandles`], the handles of one `irecv`, which the shim passes to the
-//! transport's call as a value and the transport hands to the hooks (an `isend`'s one handle
+//! transport's call (NCCL's array, not copied) and the transport hands to the hooks (an `isend`'s one handle
 //! goes as NCCL's pointer); and each comm's
 //! [`CommEvents`]: the open event handles per (request, buffer, QP), the handles of matched sends
 //! whose group is not yet posted, and the requests of each posted send group. The transport only
@@ -44,10 +44,9 @@ use ferro_ffi::{
     NCCL_PROFILE_QP, NCCL_PROFILER_NET_IB_VER, NCCL_PROFILER_NET_TYPE_IB, ncclProfilerCallback_t,
     ncclProfilerNetIbDescr_v1_t, ncclProfilerNetIbQp_v1_t, profiler_event,
 };
-use ferro_proto::comm::recv::{PostRecv, RECV_REQS};
+use ferro_proto::comm::recv::{PostRecv, RECV_REQS, RecvBuf};
 use ferro_proto::comm::send::{ReadyGroup, SEND_REQS};
 use ferro_proto::comm::wr_id::WrId;
-use ferro_proto::fifo::CtsEntry;
 use ferro_proto::plan::{QpLayout, SendItem, buffer_shares};
 use ferro_proto::{MAX_RECVS, SLOTS};
 use ferro_verbs::sys::{IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, ibv_wc};
@@ -92,31 +91,39 @@ fn plugin_id() -> i64 {
     NCCL_PROFILER_NET_TYPE_IB | NCCL_PROFILER_NET_IB_VER
 }
 
-/// The profiler handles NCCL passed with one `irecv` (one per buffer), carried as a value from
-/// the shim to the transport's hooks; zeros are "no handle". (An `isend`'s one handle travels
-/// as the pointer NCCL passed: the hooks look at it only when a callback is set.)
+/// The profiler handles NCCL passed with one `irecv` (one per buffer), carried from the shim to
+/// the transport's hooks as NCCL's array itself (valid for the call); NULL entries are "no
+/// handle". (An `isend`'s one handle travels as the pointer NCCL passed: the hooks look at it
+/// only when a callback is set.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Phandles([usize; MAX_RECVS]);
+pub struct Phandles<'a>(&'a [*mut c_void]);
 
-impl Phandles {
+impl<'a> Phandles<'a> {
     /// No handles (before v10, or NCCL passed none).
-    pub const NONE: Phandles = Phandles([0; MAX_RECVS]);
+    pub const NONE: Phandles<'static> = Phandles(&[]);
 
-    /// The handles NCCL passed (NULL entries, and anything past `MAX_RECVS`, are "none"). Without
-    /// a callback nothing is kept: no event will be started.
+    /// The handles NCCL passed (anything past `MAX_RECVS` is ignored). Without a callback
+    /// nothing is kept: no event will be started. Nothing is copied.
     #[inline]
-    pub fn of(phandles: &[*mut c_void]) -> Phandles {
-        let mut a = [0usize; MAX_RECVS];
+    pub fn of(phandles: &'a [*mut c_void]) -> Phandles<'a> {
         if callback().is_some() {
-            for (slot, p) in a.iter_mut().zip(phandles) {
-                *slot = *p as usize;
-            }
+            Phandles(phandles)
+        } else {
+            Phandles(&[])
         }
-        Phandles(a)
     }
 
     fn any(&self) -> bool {
-        self.0.iter().any(|p| *p != 0)
+        self.0.iter().take(MAX_RECVS).any(|p| !p.is_null())
+    }
+
+    /// The handles as the event book keeps them (0: none), at most `MAX_RECVS`.
+    fn values(&self) -> [usize; MAX_RECVS] {
+        let mut a = [0usize; MAX_RECVS];
+        for (slot, p) in a.iter_mut().zip(self.0) {
+            *slot = *p as usize;
+        }
+        a
     }
 }
 
@@ -463,8 +470,8 @@ fn send_posted(comm: &impl EventSource, req: u32, ph: usize, group: &ReadyGroup<
 pub fn on_recv_posted(
     comm: &impl EventSource,
     post: &PostRecv,
-    entries: &[CtsEntry],
-    ph: Phandles,
+    bufs: &[RecvBuf],
+    ph: Phandles<'_>,
 ) {
     let Some(cb) = callback() else {
         return;
@@ -472,12 +479,12 @@ pub fn on_recv_posted(
     if !ph.any() {
         return;
     }
-    let ph = ph.0;
+    let ph = ph.values();
     let mut sizes = [0u32; MAX_RECVS];
-    for (s, e) in sizes.iter_mut().zip(entries) {
-        *s = e.size;
+    for (s, b) in sizes.iter_mut().zip(bufs) {
+        *s = b.size;
     }
-    let n = entries.len();
+    let n = bufs.len();
     book_of(comm, false).recv_posted(&mut Nccl(cb), post.req, post.seq, &sizes[..n], &ph[..n]);
 }
 

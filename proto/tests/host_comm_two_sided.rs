@@ -225,7 +225,7 @@ impl Wire {
                 false
             }
             RecvStep::Post(p) => {
-                self.execute_recv(&p);
+                self.execute_recv(&p, &bufs);
                 self.recv_reqs.push_back((p.req, gi));
                 self.posted += 1;
                 true
@@ -233,12 +233,12 @@ impl Wire {
         }
     }
 
-    fn execute_recv(&mut self, p: &PostRecv) {
+    fn execute_recv(&mut self, p: &PostRecv, bufs: &[RecvBuf]) {
         for q in p.qps.clone() {
             self.recv_wrs[q].push_back((p.recv_wr_id(), p.seq));
         }
         let at = self.cts_stage as usize + p.stage_offset();
-        for (i, e) in self.recv.posted_entries().iter().enumerate() {
+        for (i, e) in p.entries(bufs).enumerate() {
             self.arena.0[at + i * ENTRY_SIZE..at + (i + 1) * ENTRY_SIZE]
                 .copy_from_slice(&e.encode());
         }

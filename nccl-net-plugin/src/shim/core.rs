@@ -429,25 +429,26 @@ pub(super) fn iflush(
 
 /// `test`: `*done` and, when done, each buffer's size ([`reported_size`]: saturated at
 /// `INT_MAX`, as `sizes` is `int*` in every version).
-#[inline]
+#[inline(always)]
 pub(super) fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> Result<()> {
     if done.is_null() {
         return Err(Error::Usage("test with done NULL".into()));
     }
-    // SAFETY: NCCL passes a request of ours (checked by its magic) whose comm is open.
-    let r = unsafe { transport::test_request(request) }?;
-    match r {
-        None => out("done", done, 0),
-        Some(d) => {
-            if !sizes.is_null() {
-                for (i, v) in d.sizes.iter().take(d.n).enumerate() {
-                    // SAFETY: sizes has room for n entries (the request's buffer count).
-                    unsafe { sizes.add(i).write(reported_size(*v)) };
-                }
-            }
-            out("done", done, 1)
+    // The sizes are written only when the request is done, straight from the core's record.
+    let write_sizes = |d: &ferro_proto::comm::Done| {
+        if sizes.is_null() {
+            return;
         }
-    }
+        for (i, v) in d.sizes.iter().take(d.n).enumerate() {
+            // SAFETY: sizes has room for n entries (the request's buffer count).
+            unsafe { sizes.add(i).write(reported_size(*v)) };
+        }
+    };
+    // SAFETY: NCCL passes a request of ours (checked by its magic) whose comm is open.
+    let finished = unsafe { transport::test_request(request, write_sizes) }?;
+    // SAFETY: checked non-NULL above; NCCL passes a valid, aligned out-pointer.
+    unsafe { done.write(c_int::from(finished)) };
+    Ok(())
 }
 
 /// `closeSend` / `closeRecv` / `closeListen`.

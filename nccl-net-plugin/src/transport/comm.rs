@@ -5,6 +5,7 @@
 //! the modules above it: `progress` (polling, `test`, the periodic look), `cts`, `send`, `recv`.
 
 use super::endpoint::{Endpoint, FlushQp, RegBuf};
+use super::lock::{CoreGuard, CoreLock};
 use super::objects::ObjectKind;
 use super::receivers;
 use crate::error::{Error, Result};
@@ -16,7 +17,7 @@ use ferro_proto::path::QpPath;
 use ferro_proto::plan::AdaptiveRouting;
 use ferro_verbs::SendChain;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// The sender's protocol memory: its CTS FIFO (written by the peer), a staging area for the
 /// sizes of multi-buffer groups, and where the peer's sizes FIFO is.
@@ -31,7 +32,7 @@ pub(super) struct SenderMem {
     pub(super) ar: AdaptiveRouting,
     /// Buffers reused by every group's posts, so the data path allocates nothing once they
     /// have grown to their working size. Only locked while the core's lock is held.
-    pub(super) scratch: Mutex<SendScratch>,
+    pub(super) scratch: CoreLock<SendScratch>,
 }
 
 /// The planned writes of a group and the work requests of one QP's chain (both keep their
@@ -61,11 +62,11 @@ pub(super) struct ReceiverMem {
 pub(super) enum Side {
     Sender {
         mem: SenderMem,
-        core: Mutex<SendCore>,
+        core: CoreLock<SendCore>,
     },
     Receiver {
         mem: ReceiverMem,
-        core: Mutex<RecvCore>,
+        core: CoreLock<RecvCore>,
         /// With GPUDirect RDMA (or `FERRO_FLUSH_HOST`): per member device, a QP connected to
         /// itself, used to read back one byte of received data so it is visible before NCCL
         /// consumes it (empty: no flushing).
@@ -208,6 +209,12 @@ impl crate::profiler::EventSource for Comm {
 }
 
 /// Maps a refusal of the protocol core to the plugin's error, naming the comm where useful.
+#[cold]
+#[inline(never)]
+fn broken() -> Error {
+    Error::Internal("comm unusable after an earlier internal error".into())
+}
+
 fn core_error(comm: &Comm, e: CoreError) -> Error {
     match e {
         CoreError::NotInFlight { .. } => Error::Usage(e.to_string()),
@@ -404,9 +411,8 @@ impl Comm {
     }
 
     #[inline]
-    pub(super) fn lock<'a, C>(&self, m: &'a Mutex<C>) -> Result<MutexGuard<'a, C>> {
-        m.lock()
-            .map_err(|_| Error::Internal("comm unusable after an earlier internal error".into()))
+    pub(super) fn lock<'a, C>(&self, m: &'a CoreLock<C>) -> Result<CoreGuard<'a, C>> {
+        m.lock().map_err(|_| broken())
     }
 
     pub(super) fn core_error(&self, e: CoreError) -> Error {

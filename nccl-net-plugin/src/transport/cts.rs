@@ -19,12 +19,12 @@
 
 use super::comm::{Comm, ReceiverMem, Side};
 use super::endpoint::CTS_QP;
+use super::lock::TryLockError;
 use super::receivers::{self, Visit};
 use crate::error::Result;
 use ferro_proto::comm::Failure;
 use ferro_proto::comm::recv::{CtsWrite, RecvCore};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain, SendFlags};
-use std::sync::TryLockError;
 use std::sync::atomic::Ordering;
 
 /// The most queued comms one look visits. Every waiting comm looks every `LIVENESS_EVERY`
@@ -57,7 +57,7 @@ impl Comm {
             Ok(core) => core,
             Err(TryLockError::WouldBlock) => return Visit::Busy,
             // Unusable after an earlier internal error: its calls only report that.
-            Err(TryLockError::Poisoned(_)) => return Visit::Done,
+            Err(TryLockError::Broken) => return Visit::Done,
         };
         // Off the queue, under the comm's lock: its next staging queues it again.
         place.queued.store(false, Ordering::Relaxed);
@@ -107,7 +107,9 @@ impl Comm {
     ) -> Result<()> {
         let member = self.ep.layout().local_dev(CTS_QP);
         let remote_key = mem.peer_fifo.1[self.ep.layout().remote_dev(CTS_QP)];
-        let n = w.ranges().count();
+        // `N` is the number of ranges: two exactly when the run wraps (`post_cts`).
+        let n = N;
+        debug_assert_eq!(w.ranges().count(), N);
         let mut chain = SendChain::<Fixed<N>>::fixed();
         for (i, r) in w.ranges().enumerate() {
             let local = mem.cts_stage.sge(member, r.start, r.len() as u32);

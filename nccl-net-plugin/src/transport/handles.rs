@@ -56,27 +56,31 @@ pub unsafe fn mr_ref<'a>(p: *mut core::ffi::c_void) -> Result<Option<&'a MrHandl
     }
 }
 
-/// `test` on a request pointer: `Some` with the sizes when done.
+/// `test` on a request pointer: `Ok(true)` when done, after `on_done` was handed the sizes.
 ///
 /// # Safety
 /// `p` must be a request pointer this plugin returned whose comm is still open.
-#[inline]
-pub unsafe fn test_request(p: *mut core::ffi::c_void) -> Result<Option<Done>> {
+#[inline(always)]
+pub unsafe fn test_request(p: *mut core::ffi::c_void, on_done: impl FnOnce(&Done)) -> Result<bool> {
     // SAFETY: forwarded contract.
     if unsafe { magic_of(p) } != Some(ObjectKind::Request.magic()) {
-        return Err(Error::Usage(
-            "test on a pointer that is not a request of this plugin".into(),
-        ));
+        return Err(not_a_request());
     }
     // SAFETY: a ReqHandle lives inside its comm's handle array; the comm is open per the contract.
     let h = unsafe { &*p.cast::<ReqHandle>() };
     // SAFETY: the back-pointer was set at comm creation and the comm is alive.
     let comm = unsafe { &*h.comm };
-    let done = comm.test(h.idx);
-    if let Ok(Some(_)) = done {
+    let done = comm.test(h.idx, on_done)?;
+    if done {
         crate::profiler::on_done(comm, h.idx);
     }
-    done
+    Ok(done)
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_request() -> Error {
+    Error::Usage("test on a pointer that is not a request of this plugin".into())
 }
 
 /// Frees a comm or listen comm of the given kind (closeSend / closeRecv / closeListen).

@@ -15,6 +15,7 @@
 //!   comms and its queue of those with entries staged);
 //! - [`registration`]: `regMr`, `regMrDmaBuf`, `deregMr` through the registration cache;
 //! - [`handles`]: the objects NCCL holds as `void*`, their magic words, and `close`;
+//! - [`lock`]: the lock of a comm's protocol core;
 //! - `faults` (only with the `test-faults` feature): fault injection for tests;
 //! - [`access`]: who may do what to which memory (the access of every QP and registration).
 //!
@@ -29,6 +30,7 @@ mod endpoint;
 pub mod faults;
 mod handles;
 mod handshake;
+mod lock;
 mod objects;
 mod progress;
 mod receivers;

@@ -122,17 +122,24 @@ impl Comm {
     /// Drains every member device's CQ, handing each successful completion to `on_wc`; a
     /// failed completion becomes the comm's sticky failure.
     pub(super) fn poll<C: CoreOps>(&self, core: &mut C, on_wc: impl FnMut(&mut C, &ibv_wc)) {
-        self.poll_inline(core, on_wc);
+        let _ = self.poll_inline(core, on_wc);
     }
 
     /// [`Comm::poll`], inlined into `test`: a waiting `test` is mostly this poll, and a call of
     /// its own (saving and restoring registers, a frame for the completions) costs about as
     /// much as an empty poll's own work.
+    /// Returns whether every CQ was empty (nothing handed to the core, no failure found).
     #[inline(always)]
-    fn poll_inline<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
+    fn poll_inline<C: CoreOps>(
+        &self,
+        core: &mut C,
+        mut on_wc: impl FnMut(&mut C, &ibv_wc),
+    ) -> bool {
+        let mut quiet = true;
         for (m, rail) in self.ep.rails.iter().enumerate() {
-            self.poll_rail(m, rail, core, &mut on_wc);
+            quiet &= self.poll_rail(m, rail, core, &mut on_wc);
         }
+        quiet
     }
 
     #[inline]
@@ -142,21 +149,26 @@ impl Comm {
         rail: &Rail,
         core: &mut C,
         on_wc: &mut impl FnMut(&mut C, &ibv_wc),
-    ) {
+    ) -> bool {
         // Not zeroed: the provider fills what it reports (a poll that finds nothing, the
         // common case while waiting, then costs no initialisation).
         let mut room = [core::mem::MaybeUninit::<ibv_wc>::uninit(); WCS_PER_POLL];
+        let mut quiet = true;
         loop {
             core.health_mut().counters.polls += 1;
             let wcs = match rail.cq.poll_into(&mut room) {
                 Ok([]) => {
                     // The common answer while waiting: nothing more to do.
                     core.health_mut().counters.empty_polls += 1;
-                    return;
+                    return quiet;
                 }
                 Ok(wcs) => wcs,
-                Err(e) => return self.poll_refused(core, &e),
+                Err(e) => {
+                    self.poll_refused(core, &e);
+                    return false;
+                }
             };
+            quiet = false;
             let n = wcs.len();
             if let Some(c) = core.health_mut().counters.member_completions.get_mut(m) {
                 *c += n as u64;
@@ -170,7 +182,7 @@ impl Comm {
                 }
             }
             if n < WCS_PER_POLL {
-                return;
+                return false;
             }
         }
     }
@@ -327,46 +339,57 @@ impl Comm {
         }
     }
 
-    /// `test` on one side's core. The answer while waiting (pending before and after this
-    /// call's poll, no look due, the comm healthy) is reached with two look-ups of the request,
-    /// one poll per member CQ and a counter; everything else takes the core's full `test`.
-    #[inline]
+    /// `test` on one side's core: `Ok(true)` when the request is done (it is then freed, and
+    /// `on_done` was handed its sizes), `Ok(false)` while it is not. The answer while waiting
+    /// (pending before and after this call's poll, no look due, the comm healthy) is reached
+    /// with two look-ups of the request, one poll per member CQ and a counter, and moves no
+    /// sizes; everything else takes the core's full `test`.
+    #[inline(always)]
     fn test_with<C: CoreOps>(
         &self,
         core: &mut C,
         idx: u32,
         on_wc: impl FnMut(&mut C, &ibv_wc) + Copy,
-    ) -> Result<Option<Done>> {
+        on_done: impl FnOnce(&Done),
+    ) -> Result<bool> {
         if core.is_pending(idx) {
-            if core.health().failure().is_none() {
-                self.poll_inline(core, on_wc);
-            }
+            // A poll that found every CQ empty changed nothing: the request is still pending
+            // and the comm still healthy, without asking again.
+            let quiet = core.health().failure().is_none() && self.poll_inline(core, on_wc);
             // Still pending, nothing changed by the wait hook (no recovery step, no look) and
             // no failure found by the poll: not done yet.
-            if core.is_pending(idx)
+            if (quiet || core.is_pending(idx))
                 && !self.on_wait(core, on_wc)
-                && core.health().failure().is_none()
+                && (quiet || core.health().failure().is_none())
             {
-                return Ok(None);
+                return Ok(false);
             }
         }
         // Done (and freed), not in flight (a usage error), or the comm's failure for a request
         // still pending: a request that the last poll completed is done, even once the comm
         // failed (the look may have polled once more before failing it).
-        core.test(idx).map_err(|e| self.core_error(e))
+        match core.test(idx) {
+            Ok(Some(d)) => {
+                on_done(&d);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(self.core_error(e)),
+        }
     }
 
-    /// `test`: `Some` when the request is done (it is then freed).
-    #[inline]
-    pub(super) fn test(&self, idx: u32) -> Result<Option<Done>> {
+    /// `test`: `Ok(true)` when the request is done (it is then freed, after `on_done` was
+    /// handed its sizes).
+    #[inline(always)]
+    pub(super) fn test(&self, idx: u32, on_done: impl FnOnce(&Done)) -> Result<bool> {
         match &self.side {
             Side::Sender { core, .. } => {
                 let mut core = self.lock(core)?;
-                self.test_with(&mut *core, idx, sender_completion)
+                self.test_with(&mut *core, idx, sender_completion, on_done)
             }
             Side::Receiver { core, mem, .. } => {
                 let mut core = self.lock(core)?;
-                let done = self.test_with(&mut *core, idx, receiver_completion(mem));
+                let done = self.test_with(&mut *core, idx, receiver_completion(mem), on_done);
                 // Staged clear-to-send entries go out once the sender runs low (the poll
                 // above has just counted what it used).
                 if core.health.failure().is_none() {

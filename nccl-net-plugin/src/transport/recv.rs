@@ -7,14 +7,18 @@ use super::progress::{receiver_completion, retry_answer};
 use super::registration::{MemKind, MrHandle};
 use crate::error::{Error, Result};
 use crate::profiler::Phandles;
-use ferro_proto::comm::recv::{FlushTarget, RecvBuf, RecvCore, RecvStep};
+use ferro_proto::comm::recv::{FlushTarget, PostRecv, RecvBuf, RecvCore, RecvStep};
 use ferro_proto::fifo::ENTRY_SIZE;
 use ferro_proto::health::{FlushRefused, verdict};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain};
 
 impl Comm {
     /// `irecv`: `Ok(None)` (a NULL request) when 32 receives are outstanding.
-    pub fn irecv(&self, bufs: &[RecvBuf], phandles: Phandles) -> Result<Option<*mut ReqHandle>> {
+    pub fn irecv(
+        &self,
+        bufs: &[RecvBuf],
+        phandles: Phandles<'_>,
+    ) -> Result<Option<*mut ReqHandle>> {
         let Side::Receiver { mem, core, .. } = &self.side else {
             return Err(Error::Usage("irecv on a send comm".into()));
         };
@@ -30,26 +34,43 @@ impl Comm {
             }
             RecvStep::Post(p) => p,
         };
-        for q in post.qps.clone() {
-            core.health.counters.recv_posts += 1;
-            // A receive with no scatter entry: it only consumes the immediate. Its `wr_id` names
-            // the QP, so a recovery knows which of the group's QPs delivered.
-            if let Err(e) = self.ep.qp(q).post_recv_empty(post.recv_wr_id_on(q)) {
-                return Err(self.fail(&mut core, e));
-            }
+        // A receive with no scatter entry: it only consumes the immediate. Its `wr_id` names
+        // the QP, so a recovery knows which of the group's QPs delivered. The common group is
+        // one QP: posted without a loop.
+        let (first, end) = (post.qps.start, post.qps.end);
+        core.health.counters.recv_posts += 1;
+        if let Err(e) = self.ep.qp(first).post_recv_empty(post.recv_wr_id_on(first)) {
+            return Err(self.fail(&mut core, e));
         }
-        crate::profiler::on_recv_posted(self, &post, core.posted_entries(), phandles);
-        // Staged now, written now or by a later call (coalesced with the receives after it).
+        if end > first + 1 {
+            self.post_recv_rest(&mut core, &post)?;
+        }
+        crate::profiler::on_recv_posted(self, &post, bufs, phandles);
+        // Staged now, written now or by a later call (coalesced with the receives after it):
+        // each entry encoded from its buffer straight into the staging.
         let off = post.stage_offset();
-        for (i, e) in core.posted_entries().iter().enumerate() {
+        let n = bufs.len();
+        for (i, b) in bufs.iter().enumerate() {
             mem.cts_stage
-                .write_words(off + i * ENTRY_SIZE, &e.encode_words());
+                .write_words(off + i * ENTRY_SIZE, &post.entry(i, n, b).encode_words());
         }
         if let Some(w) = &post.cts {
             self.post_cts(mem, &mut core, w)?;
         }
         self.keep_staged(&core);
         Ok(Some(self.req_ptr(post.req)))
+    }
+
+    /// The receives of a group split over several QPs, past its first (posted by the caller).
+    #[inline(never)]
+    fn post_recv_rest(&self, core: &mut RecvCore, post: &PostRecv) -> Result<()> {
+        for q in post.qps.start + 1..post.qps.end {
+            core.health.counters.recv_posts += 1;
+            if let Err(e) = self.ep.qp(q).post_recv_empty(post.recv_wr_id_on(q)) {
+                return Err(self.fail(core, e));
+            }
+        }
+        Ok(())
     }
 
     /// Posts the read of one flush on member `m`'s flush QP `f`: the byte at the target under

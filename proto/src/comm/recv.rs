@@ -36,7 +36,7 @@ use super::{CommHealth, CoreError, Done};
 use crate::fifo::{CtsEntry, ENTRY_SIZE, FIFO_BYTES, entry_offset};
 use crate::plan::QpLayout;
 use crate::recovery::Recovery;
-use crate::{Keys, MAX_DEVS, MAX_RECVS, SLOTS};
+use crate::{Keys, MAX_RECVS, SLOTS};
 use std::ops::Range;
 
 /// Receive requests one comm can hold (receives and flushes together).
@@ -52,8 +52,9 @@ pub struct RecvBuf {
     pub rkeys: Keys,
 }
 
-/// What the transport posts for a receive; its clear-to-send entries stay in the core
-/// ([`RecvCore::posted_entries`]), so nothing large is copied per message.
+/// What the transport posts for a receive. Its clear-to-send entries are not kept: the
+/// transport encodes them straight from the receive's buffers into its staging
+/// ([`PostRecv::entry`]), so nothing large is stored, copied or read back per message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostRecv {
     pub req: u32,
@@ -68,6 +69,30 @@ pub struct PostRecv {
 }
 
 impl PostRecv {
+    /// The clear-to-send entry of buffer `i` of this receive's `n` buffers, `b`: to be staged
+    /// at [`PostRecv::stage_offset`] + `i * ENTRY_SIZE` (the offset of FIFO slot
+    /// `seq % SLOTS`) before anything is posted.
+    #[inline(always)]
+    pub fn entry(&self, i: usize, n: usize, b: &RecvBuf) -> CtsEntry {
+        CtsEntry {
+            seq: self.seq + 1,
+            addr: b.addr,
+            rkeys: b.rkeys,
+            size: b.size,
+            tag: b.tag,
+            nreqs: n as u16,
+            idx: i as u16,
+        }
+    }
+
+    /// Every entry of this receive of `bufs` ([`PostRecv::entry`]), in buffer order.
+    pub fn entries<'a>(&'a self, bufs: &'a [RecvBuf]) -> impl Iterator<Item = CtsEntry> + 'a {
+        let n = bufs.len();
+        bufs.iter()
+            .enumerate()
+            .map(move |(i, b)| self.entry(i, n, b))
+    }
+
     /// Where the entries go, in the staging area and in the sender's FIFO alike.
     pub fn stage_offset(&self) -> usize {
         entry_offset(self.seq, 0)
@@ -95,40 +120,50 @@ impl PostRecv {
 pub struct CtsWrite {
     pub from: u64,
     pub to: u64,
-    ranges: [Range<usize>; 2],
+    /// The bytes written of the run's last slot: its group's entries. The byte ranges are
+    /// computed when the write is posted, so an `irecv` whose entries stay staged carries
+    /// little.
+    last_bytes: u32,
+    epoch: u32,
     /// Whether the (last) work request is signaled.
     pub signaled: bool,
-    epoch: u32,
 }
 
 impl CtsWrite {
     fn new(from: u64, to: u64, last_n: usize, signaled: bool) -> CtsWrite {
         debug_assert!(from < to && to - from <= SLOTS as u64);
-        let start = entry_offset(from, 0);
-        let end = entry_offset(to - 1, 0) + last_n * ENTRY_SIZE;
-        let ranges = if end > start {
-            [start..end, 0..0]
-        } else {
-            [start..FIFO_BYTES, 0..end]
-        };
         CtsWrite {
             from,
             to,
-            ranges,
-            signaled,
+            last_bytes: (last_n * ENTRY_SIZE) as u32,
             epoch: 0,
+            signaled,
+        }
+    }
+
+    /// The run's byte ranges: `[start..end, 0..0]`, or `[start..FIFO_BYTES, 0..end]` when it
+    /// wraps around the end of the ring.
+    #[inline]
+    fn range_pair(&self) -> [Range<usize>; 2] {
+        let start = entry_offset(self.from, 0);
+        let end = entry_offset(self.to - 1, 0) + self.last_bytes as usize;
+        if end > start {
+            [start..end, 0..0]
+        } else {
+            [start..FIFO_BYTES, 0..end]
         }
     }
 
     /// The byte ranges to write (one, or two when the run wraps), in posting order.
-    pub fn ranges(&self) -> impl Iterator<Item = Range<usize>> + '_ {
-        self.ranges.iter().filter(|r| !r.is_empty()).cloned()
+    #[inline]
+    pub fn ranges(&self) -> impl Iterator<Item = Range<usize>> + use<> {
+        self.range_pair().into_iter().filter(|r| !r.is_empty())
     }
 
     /// Whether the run wraps around the end of the ring (two ranges, two work requests).
     #[inline]
     pub fn wraps(&self) -> bool {
-        !self.ranges[1].is_empty()
+        entry_offset(self.to - 1, 0) + self.last_bytes as usize <= entry_offset(self.from, 0)
     }
 
     /// Receive groups this write announces.
@@ -186,6 +221,10 @@ pub struct FlushTarget {
 #[derive(Debug)]
 pub struct RecvCore {
     layout: QpLayout,
+    /// [`QpLayout::group_qps`] of this (fixed) layout, worked out once: a group uses
+    /// `group_width` QPs from `(seq % group_windows) * group_width` on.
+    group_width: usize,
+    group_windows: u64,
     reqs: RequestTable<RecvReq>,
     /// The next receive group.
     seq: u64,
@@ -197,8 +236,6 @@ pub struct RecvCore {
     last_n: usize,
     /// Clear-to-send writes made (for signaling one in [`CTS_SIGNAL_EVERY`]).
     cts_writes: u64,
-    /// The entries of the last receive posted (its first `last_n`).
-    entries: [CtsEntry; MAX_RECVS],
     /// The comm's sticky error, counters and stall watchdog.
     pub health: CommHealth,
     /// The epoch, the stop and the budget of recovery in place.
@@ -207,23 +244,22 @@ pub struct RecvCore {
 
 impl RecvCore {
     pub fn new(layout: QpLayout) -> RecvCore {
+        let nqps = layout.nqps.max(1);
+        let group_width = if layout.split {
+            nqps
+        } else {
+            layout.data_qps()
+        };
         RecvCore {
             layout,
+            group_width,
+            group_windows: (nqps / group_width).max(1) as u64,
             reqs: RequestTable::new(RECV_REQS),
             seq: 0,
             posted: 0,
             cts_next: 0,
             last_n: 0,
             cts_writes: 0,
-            entries: [CtsEntry {
-                seq: 0,
-                addr: 0,
-                rkeys: [0; MAX_DEVS],
-                size: 0,
-                tag: 0,
-                nreqs: 0,
-                idx: 0,
-            }; MAX_RECVS],
             health: CommHealth::default(),
             recovery: Recovery::default(),
         }
@@ -246,7 +282,7 @@ impl RecvCore {
         }
         let seq = self.seq;
         let n = bufs.len();
-        let qps = self.layout.group_qps(seq);
+        let qps = self.group_qps(seq);
         let req = self.reqs.alloc(RecvReq::Recv {
             seq,
             n: n as u8,
@@ -255,17 +291,6 @@ impl RecvCore {
             done: None,
             arrived: 0,
         })?;
-        for (i, (e, b)) in self.entries.iter_mut().zip(bufs).enumerate() {
-            *e = CtsEntry {
-                seq: seq + 1,
-                addr: b.addr,
-                rkeys: b.rkeys,
-                size: b.size,
-                tag: b.tag,
-                nreqs: n as u16,
-                idx: i as u16,
-            };
-        }
         self.seq += 1;
         self.posted += 1;
         self.last_n = n;
@@ -281,11 +306,16 @@ impl RecvCore {
         }))
     }
 
-    /// The clear-to-send entries of the last receive [`RecvCore::irecv`] posted, to be staged at
-    /// its [`PostRecv::stage_offset`] (the offset of FIFO slot `seq % SLOTS`) before anything is
-    /// posted: valid until the next `irecv`.
-    pub fn posted_entries(&self) -> &[CtsEntry] {
-        &self.entries[..self.last_n]
+    /// The QPs group `seq` uses ([`QpLayout::group_qps`]), without re-deriving the layout's
+    /// window per receive: one QP and no division in the common case.
+    #[inline]
+    fn group_qps(&self, seq: u64) -> Range<usize> {
+        let start = if self.group_windows == 1 {
+            0
+        } else {
+            (seq % self.group_windows) as usize * self.group_width
+        };
+        start..start + self.group_width
     }
 
     /// Clear-to-send entries the sender holds and has not used yet: groups whose entries were

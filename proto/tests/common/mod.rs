@@ -264,7 +264,7 @@ impl Wire {
                     self.post_recv_wr(q, p.recv_wr_id_on(q), p.seq);
                 }
                 let at = self.cts_stage as usize + p.stage_offset();
-                for (i, e) in self.recv.posted_entries().iter().enumerate() {
+                for (i, e) in p.entries(&bufs).enumerate() {
                     self.arena[at + i * ENTRY_SIZE..at + (i + 1) * ENTRY_SIZE]
                         .copy_from_slice(&e.encode());
                 }

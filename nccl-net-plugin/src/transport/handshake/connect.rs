@@ -9,6 +9,7 @@ use crate::plugin;
 use crate::transport::access;
 use crate::transport::comm::{CommPtr, SendScratch, SenderMem};
 use crate::transport::endpoint::{Endpoint, RegBuf, Role};
+use crate::transport::lock::CoreLock;
 use crate::vnic;
 use crate::warn;
 use ferro_ffi::log_flags::NET;
@@ -79,7 +80,7 @@ fn start_connect(
                 sizes_stage,
                 peer_sizes: (0, [0; MAX_DEVS]),
                 ar: cfg.adaptive_routing(dev.first().link_layer.is_ethernet()),
-                scratch: Mutex::new(SendScratch::default()),
+                scratch: CoreLock::new(SendScratch::default()),
             },
             oversize,
         },

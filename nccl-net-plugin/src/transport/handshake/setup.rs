@@ -7,6 +7,7 @@ use crate::plugin;
 use crate::transport::access;
 use crate::transport::comm::{Comm, CommPtr, ReceiverMem, SenderMem, Side};
 use crate::transport::endpoint::{Endpoint, FlushQp, RegBuf, Role};
+use crate::transport::lock::CoreLock;
 use crate::vnic::VDevice;
 use crate::{info, warn};
 use ferro_ffi::log_flags::NET;
@@ -21,7 +22,6 @@ use ferro_proto::wire::QpMeta;
 use ferro_verbs::sys::IBV_LINK_LAYER_ETHERNET;
 use std::io::{ErrorKind, Read, Write as _};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// TCP keepalive on a comm's out-of-band connection, so that a peer host that vanished without
@@ -465,7 +465,7 @@ impl Setup {
                     ep,
                     side: Side::Sender {
                         mem,
-                        core: Mutex::new(core),
+                        core: CoreLock::new(core),
                     },
                 }))
             }
@@ -476,7 +476,7 @@ impl Setup {
                     ep,
                     side: Side::Receiver {
                         mem,
-                        core: Mutex::new(core),
+                        core: CoreLock::new(core),
                         flush,
                         flush_host: plugin::get()?.config.flush_host,
                     },

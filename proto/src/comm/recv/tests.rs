@@ -2,6 +2,7 @@
 //! up to finished requests, and flushes.
 
 use super::*;
+use crate::MAX_DEVS;
 
 fn bufs(n: usize) -> Vec<RecvBuf> {
     (0..n)
@@ -25,10 +26,13 @@ fn post(c: &mut RecvCore, n: usize) -> PostRecv {
 fn a_receive_becomes_one_entry_per_buffer_with_its_group_sequence() {
     let mut c = RecvCore::new(QpLayout::one_device(1, false));
     post(&mut c, 1);
-    let p = post(&mut c, 3);
+    let b = bufs(3);
+    let RecvStep::Post(p) = c.irecv(&b).unwrap() else {
+        panic!("expected a post")
+    };
     assert_eq!(p.seq, 1);
-    assert_eq!(c.posted_entries().len(), 3);
-    for (i, e) in c.posted_entries().iter().enumerate() {
+    assert_eq!(p.entries(&b).count(), 3);
+    for (i, e) in p.entries(&b).enumerate() {
         assert_eq!((e.seq, e.nreqs, e.idx), (2, 3, i as u16));
     }
 }
@@ -397,4 +401,25 @@ fn a_flush_is_done_on_its_completion_and_reports_no_sizes() {
     assert_eq!(c.take_done(f), Ok(None));
     c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
     assert_eq!(c.take_done(f), Ok(Some(Done::NOTHING)));
+}
+
+#[test]
+fn the_qps_a_group_uses_are_the_layouts_for_every_shape_and_sequence() {
+    for nqps in 1..=4 {
+        for split in [false, true] {
+            for local in 1..=3 {
+                for remote in 1..=3 {
+                    let layout = QpLayout::new(nqps, split, local, remote);
+                    let c = RecvCore::new(layout);
+                    for seq in 0..40 {
+                        assert_eq!(
+                            c.group_qps(seq),
+                            layout.group_qps(seq),
+                            "{layout:?} group {seq}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
