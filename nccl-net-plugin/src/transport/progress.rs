@@ -361,7 +361,7 @@ impl Comm {
     pub(super) fn test(&self, idx: u32) -> Result<Option<Done>> {
         match &self.side {
             Side::Sender { core, .. } => {
-                let mut core = self.lock(core)?;
+                let mut core = core.lock()?;
                 self.test_with(&mut *core, idx, sender_completion)
             }
             Side::Receiver { core, mem, .. } => {

@@ -397,6 +397,27 @@ impl SendCore {
         idle.then_some(seq)
     }
 
+    /// The head group, when [`SendCore::awaited_group`] gives it and no recovery is wanted
+    /// either: the hint a transport may publish for retries answered without its lock (see
+    /// [`SendCore::add_cts_waits`]). Every other state leaves the answer to [`SendCore::isend`].
+    #[inline]
+    pub fn awaited_hint(&self) -> Option<u64> {
+        self.awaited_group().filter(|_| !self.recovery.is_wanted())
+    }
+
+    /// Accounts `n` retries of `isend` that the transport answered without the core, each one
+    /// having found the head group's ([`SendCore::awaited_hint`], unchanged since) first entry
+    /// not written yet: the same counters and wait as `n` calls of
+    /// [`SendCore::wait_clear_to_send`], and `n` waiting calls towards the periodic look.
+    #[inline]
+    pub fn add_cts_waits(&mut self, n: u32) {
+        let c = &mut self.health.counters;
+        c.retries += u64::from(n);
+        c.cts_waits += u64::from(n);
+        self.last_wait = Some(SendWait::ClearToSend { seq: self.seq });
+        self.health.add_waits(n);
+    }
+
     /// The retry of an `isend` that found group `seq`'s ([`SendCore::awaited_group`]) first
     /// entry not written yet.
     #[inline]
