@@ -123,9 +123,8 @@ impl Comm {
     /// `phandle` is NCCL's profiler handle for it (NULL: none).
     ///
     /// Inlined into the exported entry: the common retry (the head group's clear-to-send not
-    /// written yet) is answered here without the lock ([`SendCell`]), or after it with a look
-    /// at the entry's sequence word and a few compares; everything else is
-    /// [`Comm::isend_locked`].
+    /// written yet) is answered here without the lock ([`SendCell`]); everything else is
+    /// [`Comm::isend_locked`], under it.
     #[inline(always)]
     pub fn isend(
         &self,
@@ -144,16 +143,10 @@ impl Comm {
         if core.retry_unlocked(mem) {
             return Ok(None);
         }
-        // The comm's lock, taken once for the whole call.
+        // The comm's lock, taken once for the whole call. Retries are rare past the unlocked
+        // answer (the periodic look's call, a hint withheld): they take the core's own path.
         let mut core = core.lock()?;
-        // One answer, one unlock after it.
-        match core.awaited_group() {
-            Some(seq) if !entry_arrived(mem, seq, 0) => {
-                core.wait_clear_to_send(seq);
-                self.send_wait_answer(&mut core)
-            }
-            _ => self.isend_locked(mem, &mut core, data, size, tag, mh, phandle),
-        }
+        self.isend_locked(mem, &mut core, data, size, tag, mh, phandle)
     }
 
     /// A retried `isend`'s answer: NULL, after the wait hook (the periodic look, a recovery's
