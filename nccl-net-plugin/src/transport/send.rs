@@ -24,9 +24,12 @@ const UNLOCKED_WAITS: u32 = ferro_proto::comm::LIVENESS_EVERY - 1;
 
 /// The send core behind the comm's lock, and the hint a retried `isend` reads without it.
 ///
-/// Every locked section publishes, as it ends, the head group a retry could only wait for
+/// Every locked `isend` publishes, as it ends, the head group a retry could only wait for
 /// ([`SendCore::awaited_hint`]: the comm healthy and running, no recovery wanted, no group
-/// open, the group's slot free). While that group's first clear-to-send entry is not in the
+/// open, the group's slot free); every other locked section (`test`, the close line) withdraws
+/// it if the comm failed, a recovery stopped it or is wanted, or the head group moved (nothing
+/// else there opens a group or fills the head group's slot; a slot it frees is published by
+/// the next locked `isend`). While that group's first clear-to-send entry is not in the
 /// FIFO, a retried `isend` answers NULL with a load of the hint, a look at the entry's
 /// sequence word and a counter, which the next locked section accounts
 /// ([`SendCore::add_cts_waits`]: the same counters, wait and look cadence as answering under
@@ -52,9 +55,20 @@ impl SendCell {
     }
 
     /// The core, locked (the retries answered without the lock accounted first); the hint is
-    /// published again when the guard is dropped.
+    /// withdrawn when the guard is dropped if the comm can no longer answer a retry without it.
     #[inline(always)]
     pub(super) fn lock(&self) -> Result<SendGuard<'_>> {
+        self.lock_as(false)
+    }
+
+    /// [`SendCell::lock`] for `isend`: the hint is published again when the guard is dropped.
+    #[inline(always)]
+    fn lock_publishing(&self) -> Result<SendGuard<'_>> {
+        self.lock_as(true)
+    }
+
+    #[inline(always)]
+    fn lock_as(&self, publish: bool) -> Result<SendGuard<'_>> {
         let Ok(mut core) = self.core.lock() else {
             // No more answers without the lock: every call reports the comm unusable.
             self.awaited.store(0, Ordering::Release);
@@ -66,6 +80,7 @@ impl SendCell {
         Ok(SendGuard {
             core,
             awaited: &self.awaited,
+            publish,
         })
     }
 
@@ -86,10 +101,13 @@ impl SendCell {
     }
 }
 
-/// The locked send core; dropping it publishes the hint of [`SendCell`] and unlocks.
+/// The locked send core; dropping it publishes (or withdraws) the hint of [`SendCell`] and
+/// unlocks.
 pub(super) struct SendGuard<'a> {
     core: MutexGuard<'a, SendCore>,
     awaited: &'a AtomicU64,
+    /// Publish the hint anew (an `isend`), not only withdraw it.
+    publish: bool,
 }
 
 impl core::ops::Deref for SendGuard<'_> {
@@ -110,11 +128,22 @@ impl core::ops::DerefMut for SendGuard<'_> {
 impl Drop for SendGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        let awaited = self
-            .core
-            .awaited_hint()
-            .map_or(0, |seq| seq.wrapping_add(1));
-        self.awaited.store(awaited, Ordering::Release);
+        if self.publish {
+            let awaited = self
+                .core
+                .awaited_hint()
+                .map_or(0, |seq| seq.wrapping_add(1));
+            self.awaited.store(awaited, Ordering::Release);
+        } else {
+            // Withdrawn also if the head group moved (a recovery may have applied the peer's
+            // state within this section).
+            let awaited = self.awaited.load(Ordering::Relaxed);
+            if awaited != 0
+                && (self.core.hint_withdrawn() || self.core.head_seq().wrapping_add(1) != awaited)
+            {
+                self.awaited.store(0, Ordering::Release);
+            }
+        }
     }
 }
 
@@ -145,7 +174,7 @@ impl Comm {
         }
         // The comm's lock, taken once for the whole call. Retries are rare past the unlocked
         // answer (the periodic look's call, a hint withheld): they take the core's own path.
-        let mut core = core.lock()?;
+        let mut core = core.lock_publishing()?;
         self.isend_locked(mem, &mut core, data, size, tag, mh, phandle)
     }
 
@@ -381,12 +410,12 @@ fn entry_arrived(mem: &SenderMem, seq: u64, i: usize) -> bool {
 }
 
 /// Entry `i` of group `seq` from the sender's FIFO, if the receiver has written all of it
-/// ([`CtsEntry::decode_words`]): the sequence word first, then the whole entry, checked.
+/// ([`CtsEntry::decode_words`]: its sequence word and its check). Read whole at once, with no
+/// look at the sequence word alone first: the core opens a group under the lock, which a
+/// retried `isend` only takes once that look ([`SendCell`]) found the group's first entry
+/// there (or for the periodic look).
 #[inline]
 fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
-    if !entry_arrived(mem, seq, i) {
-        return None;
-    }
     let off = fifo::entry_offset(seq, i);
     let e = CtsEntry::decode_words(&mem.fifo.read_words::<ENTRY_WORDS>(off), seq);
     // The entry's fields are used only after this point.

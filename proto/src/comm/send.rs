@@ -396,6 +396,14 @@ impl SendCore {
         self.awaited_group().filter(|_| !self.recovery.is_wanted())
     }
 
+    /// Whether a hint of [`SendCore::awaited_hint`] published earlier must be withdrawn by a
+    /// locked section that neither opens a group nor fills a slot (a `test`): the comm failed,
+    /// or a recovery stopped it or is wanted.
+    #[inline]
+    pub fn hint_withdrawn(&self) -> bool {
+        self.health.failure().is_some() || self.recovery.is_stopped() || self.recovery.is_wanted()
+    }
+
     /// Accounts `n` retries of `isend` that the transport answered without the core, each one
     /// having found the head group's ([`SendCore::awaited_hint`], unchanged since) first entry
     /// not written yet: the same counters and wait as `n` calls of

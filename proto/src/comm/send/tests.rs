@@ -461,6 +461,19 @@ fn the_unlocked_retry_hint_is_withheld_while_a_recovery_is_wanted() {
         None,
         "the wait hook must drive the recovery"
     );
+    assert!(c.hint_withdrawn());
+}
+
+#[test]
+fn a_hint_is_withdrawn_whenever_it_would_not_be_published() {
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    assert!(!c.hint_withdrawn());
+    c.recovery.set_budget(Duration::from_secs(1));
+    c.recovery.stop(Duration::ZERO, "test").unwrap();
+    assert!(c.hint_withdrawn(), "stopped");
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    c.health.fail(Failure::remote("peer gone"));
+    assert!(c.hint_withdrawn(), "failed");
 }
 
 #[test]
