@@ -177,11 +177,8 @@ pub fn sizes_offset(seq: u64) -> usize {
 /// The buffer a send with `tag` fills: the first entry not yet taken whose tag matches (tags
 /// may repeat inside a group), or `None` when every buffer with that tag is taken.
 #[inline]
-pub fn find_buffer(entries: &[CtsEntry], taken: &[bool], tag: i32) -> Option<usize> {
-    entries
-        .iter()
-        .zip(taken)
-        .position(|(e, t)| !t && e.tag == tag)
+pub fn find_buffer(tags: &[i32], taken: &[bool], tag: i32) -> Option<usize> {
+    tags.iter().zip(taken).position(|(&e, &t)| !t && e == tag)
 }
 
 #[cfg(test)]
@@ -354,7 +351,7 @@ mod tests {
 
     #[test]
     fn matching_takes_the_first_open_buffer_with_the_tag() {
-        let g = [e(0, 0, 3, 4, 100), e(0, 1, 3, 4, 100), e(0, 2, 3, 9, 100)];
+        let g = [e(0, 0, 3, 4, 100), e(0, 1, 3, 4, 100), e(0, 2, 3, 9, 100)].map(|e| e.tag);
         assert_eq!(find_buffer(&g, &[false; 3], 4), Some(0));
         assert_eq!(find_buffer(&g, &[true, false, false], 4), Some(1));
         assert_eq!(find_buffer(&g, &[false; 3], 9), Some(2));

@@ -11,7 +11,6 @@ use super::receivers;
 use crate::error::{Error, Result};
 use ferro_proto::Keys;
 use ferro_proto::comm::recv::RecvCore;
-use ferro_proto::comm::send::SendCore;
 use ferro_proto::comm::{CoreError, Failure, FailureKind};
 use ferro_proto::path::QpPath;
 use ferro_proto::plan::AdaptiveRouting;
@@ -62,7 +61,7 @@ pub(super) struct ReceiverMem {
 pub(super) enum Side {
     Sender {
         mem: SenderMem,
-        core: CoreLock<SendCore>,
+        core: super::send::SendCell,
     },
     Receiver {
         mem: ReceiverMem,
@@ -459,7 +458,7 @@ impl Comm {
     /// A copy of the comm's counters.
     pub fn counters(&self) -> Result<ferro_proto::comm::counters::Counters> {
         Ok(match &self.side {
-            Side::Sender { core, .. } => self.lock(core)?.health.counters,
+            Side::Sender { core, .. } => core.lock()?.health.counters,
             Side::Receiver { core, .. } => self.lock(core)?.health.counters,
         })
     }

@@ -384,7 +384,7 @@ impl Comm {
     pub(super) fn test(&self, idx: u32, on_done: impl FnOnce(&Done)) -> Result<bool> {
         match &self.side {
             Side::Sender { core, .. } => {
-                let mut core = self.lock(core)?;
+                let mut core = core.lock()?;
                 self.test_with(&mut *core, idx, sender_completion, on_done)
             }
             Side::Receiver { core, mem, .. } => {

@@ -130,17 +130,20 @@ struct SendReq {
 }
 
 /// The head group while its sends are being matched, and the last group completed until the
-/// next one opens. One per core, reused in place: it is large (up to 8 entries with a key per
-/// member device), and copying it per message costs time on the data path. The matched sends'
-/// items and requests are written straight into the in-flight bookkeeping of the group's slot
-/// (free while the group is open: a group opens only once its slot's last group is delivered),
-/// so nothing is copied when the group is posted.
+/// next one opens. One per core, reused in place. What matching needs of each receiver's entry
+/// (its tag and size) is kept here; the rest (the buffer's address and keys) is decoded
+/// straight into the in-flight bookkeeping of the group's slot (free while the group is open:
+/// a group opens only once its slot's last group is delivered), where the matched sends'
+/// items and requests are written too, so nothing is copied when the group is posted.
 #[derive(Debug, Clone, Copy)]
 struct GroupBuf {
     seq: u64,
     /// The QPs of the group once complete ([`QpLayout::group_qps`]), as `start..end`.
     qps: (usize, usize),
-    entries: [CtsEntry; MAX_RECVS],
+    /// Each receive buffer's tag.
+    tags: [i32; MAX_RECVS],
+    /// Each receive buffer's size (what a send into it is truncated to).
+    caps: [u32; MAX_RECVS],
     n: usize,
     taken: [bool; MAX_RECVS],
     /// Entries not taken yet (`n` minus the `true`s of `taken`).
@@ -172,16 +175,6 @@ const IDLE: InFlight = InFlight {
     items: [NO_ITEM; MAX_RECVS],
     replay: 0,
     held_on: None,
-};
-
-const NO_ENTRY: CtsEntry = CtsEntry {
-    seq: 0,
-    addr: 0,
-    rkeys: [0; crate::MAX_DEVS],
-    size: 0,
-    tag: 0,
-    nreqs: 0,
-    idx: 0,
 };
 
 const NO_ITEM: SendItem = SendItem {
@@ -228,7 +221,8 @@ impl SendCore {
             cur: GroupBuf {
                 seq: 0,
                 qps: (0, 0),
-                entries: [NO_ENTRY; MAX_RECVS],
+                tags: [0; MAX_RECVS],
+                caps: [0; MAX_RECVS],
                 n: 0,
                 taken: [false; MAX_RECVS],
                 left: 0,
@@ -293,27 +287,23 @@ impl SendCore {
             self.open = true;
         }
         let g = &self.cur;
-        let Some(i) = fifo::find_buffer(&g.entries[..g.n], &g.taken[..g.n], tag) else {
+        let Some(i) = fifo::find_buffer(&g.tags[..g.n], &g.taken[..g.n], tag) else {
             let seq = g.seq;
             return Ok(self.retry(SendWait::TagAhead { tag, seq }));
         };
-        let (gseq, n, e) = (g.seq, g.n, &g.entries[i]);
-        let capacity = e.size;
+        let (gseq, n, capacity) = (g.seq, g.n, g.caps[i]);
         let completes = g.left == 1;
         if size > capacity && self.oversize == Oversize::Refuse {
             return Err(self.refuse_oversize(tag, size, capacity, gseq));
         }
-        // Written in place once, into the slot's bookkeeping (the size already truncated to the
-        // buffer): a send that is retried below leaves its entry untaken, and the next one
-        // overwrites the item.
+        // Written in place once, into the slot's bookkeeping beside the receive buffer's
+        // address and keys (the size already truncated to the buffer): a send that is retried
+        // below leaves its entry untaken, and the next one overwrites the item.
         let s = slot(gseq);
-        self.inflight[s].items[i] = SendItem {
-            addr,
-            lkeys: *lkeys,
-            size: size.min(capacity),
-            remote_addr: e.addr,
-            rkeys: e.rkeys,
-        };
+        let item = &mut self.inflight[s].items[i];
+        item.addr = addr;
+        item.lkeys = *lkeys;
+        item.size = size.min(capacity);
         // The QPs of the group (needed only by the send that completes it).
         let mut qps = 0..0;
         if completes {
@@ -384,9 +374,10 @@ impl SendCore {
 
     /// The head group, when an `isend` now could only open it (the comm healthy and running, no
     /// group open, its slot free): the call's answer then depends on that group's first FIFO
-    /// entry alone. The transport looks at the entry's sequence word itself and, while it is not
-    /// there, answers the retry with [`SendCore::wait_clear_to_send`] without matching anything:
-    /// the same answer, counters and wait as [`SendCore::isend`] would give.
+    /// entry alone. A transport may look at the entry's sequence word itself and, while it is
+    /// not there, answer the retry with [`SendCore::wait_clear_to_send`] (or without the core:
+    /// [`SendCore::awaited_hint`]) without matching anything: the same answer, counters and
+    /// wait as [`SendCore::isend`] would give.
     #[inline]
     pub fn awaited_group(&self) -> Option<u64> {
         let seq = self.seq;
@@ -395,6 +386,35 @@ impl SendCore {
             && !self.recovery.is_stopped()
             && self.inflight[slot(seq)].remaining == 0;
         idle.then_some(seq)
+    }
+
+    /// The head group, when [`SendCore::awaited_group`] gives it and no recovery is wanted
+    /// either: the hint a transport may publish for retries answered without its lock (see
+    /// [`SendCore::add_cts_waits`]). Every other state leaves the answer to [`SendCore::isend`].
+    #[inline]
+    pub fn awaited_hint(&self) -> Option<u64> {
+        self.awaited_group().filter(|_| !self.recovery.is_wanted())
+    }
+
+    /// Whether a hint of [`SendCore::awaited_hint`] published earlier must be withdrawn by a
+    /// locked section that neither opens a group nor fills a slot (a `test`): the comm failed,
+    /// or a recovery stopped it or is wanted.
+    #[inline]
+    pub fn hint_withdrawn(&self) -> bool {
+        self.health.failure().is_some() || self.recovery.is_stopped() || self.recovery.is_wanted()
+    }
+
+    /// Accounts `n` retries of `isend` that the transport answered without the core, each one
+    /// having found the head group's ([`SendCore::awaited_hint`], unchanged since) first entry
+    /// not written yet: the same counters and wait as `n` calls of
+    /// [`SendCore::wait_clear_to_send`], and `n` waiting calls towards the periodic look.
+    #[inline]
+    pub fn add_cts_waits(&mut self, n: u32) {
+        let c = &mut self.health.counters;
+        c.retries += u64::from(n);
+        c.cts_waits += u64::from(n);
+        self.last_wait = Some(SendWait::ClearToSend { seq: self.seq });
+        self.health.add_waits(n);
     }
 
     /// The retry of an `isend` that found group `seq`'s ([`SendCore::awaited_group`]) first
@@ -456,17 +476,22 @@ impl SendCore {
             return Err(SendWait::SlotBusy { seq });
         }
         // One call site of `read_entry` (the transport's reader is then inlined here), each
-        // entry decoded straight into the group; the first says how many there are.
-        let g = &mut self.cur;
-        let (mut i, mut n) = (0, 1);
+        // entry decoded straight into the group and the slot's items; the first says how many
+        // there are.
+        let (g, items) = (&mut self.cur, &mut self.inflight[slot(seq)].items);
+        let (mut i, mut n, mut nreqs) = (0, 1, 0);
         while i < n {
             match read_entry(seq, i) {
-                Some(e) if i == 0 || e.nreqs == g.entries[0].nreqs => g.entries[i] = e,
+                Some(e) if i == 0 || e.nreqs == nreqs => {
+                    g.tags[i] = e.tag;
+                    g.caps[i] = e.size;
+                    items[i].remote_addr = e.addr;
+                    items[i].rkeys = e.rkeys;
+                    nreqs = e.nreqs;
+                }
                 _ => return Err(SendWait::ClearToSend { seq }),
             }
-            if i == 0 {
-                n = usize::from(g.entries[0].nreqs);
-            }
+            n = usize::from(nreqs);
             i += 1;
         }
         g.seq = seq;

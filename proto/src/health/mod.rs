@@ -87,6 +87,14 @@ impl LivenessCounter {
         self.0 = 0;
         true
     }
+
+    /// Counts `n` waiting calls made without [`LivenessCounter::tick`] (answered where the
+    /// counter could not be reached): the look they make due comes at the next tick at the
+    /// latest, never later.
+    #[inline]
+    pub fn add(&mut self, n: u32) {
+        self.0 = self.0.saturating_add(n).min(LIVENESS_EVERY - 1);
+    }
 }
 
 /// What every comm keeps besides its side's state: the sticky error, the counter of waiting
@@ -143,6 +151,13 @@ impl CommHealth {
     #[inline]
     pub fn look_due(&mut self) -> bool {
         !self.error.is_failed() && self.liveness.tick()
+    }
+
+    /// Counts `n` calls that waited without [`CommHealth::look_due`] (a retried `isend` answered
+    /// without the comm's lock): the look they make due comes at the next waiting call.
+    #[inline]
+    pub fn add_waits(&mut self, n: u32) {
+        self.liveness.add(n);
     }
 
     /// Enables the stall watchdog: a stall is reported after `threshold` without progress.

@@ -445,6 +445,53 @@ fn the_retry_shortcut_is_not_offered_to_a_failed_stopped_or_busy_comm() {
     assert_eq!(c.awaited_group(), Some(SLOTS as u64));
 }
 
+#[test]
+fn the_unlocked_retry_hint_is_withheld_while_a_recovery_is_wanted() {
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    assert_eq!(c.awaited_hint(), Some(0));
+    c.recovery.set_budget(Duration::from_secs(1));
+    c.recovery.want("test");
+    assert_eq!(
+        c.awaited_group(),
+        Some(0),
+        "running: the locked shortcut stays"
+    );
+    assert_eq!(
+        c.awaited_hint(),
+        None,
+        "the wait hook must drive the recovery"
+    );
+    assert!(c.hint_withdrawn());
+}
+
+#[test]
+fn a_hint_is_withdrawn_whenever_it_would_not_be_published() {
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    assert!(!c.hint_withdrawn());
+    c.recovery.set_budget(Duration::from_secs(1));
+    c.recovery.stop(Duration::ZERO, "test").unwrap();
+    assert!(c.hint_withdrawn(), "stopped");
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    c.health.fail(Failure::remote("peer gone"));
+    assert!(c.hint_withdrawn(), "failed");
+}
+
+#[test]
+fn retries_answered_without_the_core_count_as_clear_to_send_waits_and_bring_the_look() {
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    let mut by_core = SendCore::new(QpLayout::one_device(1, false));
+    for _ in 0..(crate::comm::LIVENESS_EVERY - 1) {
+        by_core.wait_clear_to_send(0);
+        assert!(!by_core.health.look_due());
+    }
+    c.add_cts_waits(crate::comm::LIVENESS_EVERY - 1);
+    assert_eq!(c.health.counters, by_core.health.counters);
+    assert_eq!(c.describe_wait(), by_core.describe_wait());
+    assert!(c.is_waiting());
+    assert!(c.health.look_due(), "the next waiting call looks");
+    assert!(by_core.health.look_due());
+}
+
 // ---- room in the send queues -----------------------------------------------------------
 
 /// Groups `0..n`, each of `bufs` buffers of `size` bytes with tags `0..bufs`.
