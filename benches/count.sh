@@ -27,6 +27,12 @@
 #   --top N            functions listed per side (default 15)
 #   --dev NAME         device (default rxe0; for a reference whose device name differs, the
 #                      first device whose name starts with NAME)
+#   --pace-us N        both sides sleep N us before each isend and test of the data (outside
+#                      the counted calls; `ferro-bench --pace-us`), so that nearly every call
+#                      finds its work ready: the count is then that of the calls that do the
+#                      work (about 1 isend, 1 irecv and 1 test per message on each side),
+#                      nearly independent of the host's load (default 0: no pause, the calls
+#                      that wait are counted too, and their number depends on timing)
 # Results: $FERRO_GUEST_OUT/count/ (host: target/guest-out/count/): summary.txt, the
 # callgrind files and every log.
 # Environment: FERRO_BENCH (default target/release/ferro-bench), FERRO_PLUGIN_SO (default next
@@ -51,6 +57,7 @@ window=8
 size=8
 top=15
 dev=rxe0
+pace=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --reference) reference="$2"; shift 2 ;;
@@ -62,6 +69,7 @@ while [[ $# -gt 0 ]]; do
     --size) size="$2"; shift 2 ;;
     --top) top="$2"; shift 2 ;;
     --dev) dev="$2"; shift 2 ;;
+    --pace-us) pace="$2"; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
@@ -103,7 +111,7 @@ counted() { # tag env plugin n
   rm -f "$sv".*
   env $envs "${VG[@]}" --callgrind-out-file="$sv.recv.cg" --log-file="$sv.recv.vg" \
     "$BENCH" server bw --plugin "$plugin" --dev "$d" --sizes "$size" --window "$window" \
-    --iters "$n" --time 3000 --timeout 900 -q >"$sv.server.txt" 2>"$sv.server.err" &
+    --iters "$n" --time 3000 --timeout 900 --pace-us "$pace" -q >"$sv.server.txt" 2>"$sv.server.err" &
   local spid=$!
   for ((i = 0; i < 1800; i++)); do
     handle="$(head -n1 "$sv.server.txt" 2>/dev/null || true)"
@@ -120,7 +128,7 @@ counted() { # tag env plugin n
   fi
   local rc=0
   env $envs "${VG[@]}" --callgrind-out-file="$sv.send.cg" --log-file="$sv.send.vg" \
-    "$BENCH" client --plugin "$plugin" --dev "$d" --handle "$handle" --timeout 900 -q \
+    "$BENCH" client --plugin "$plugin" --dev "$d" --handle "$handle" --timeout 900 --pace-us "$pace" -q \
     2>"$sv.client.err" || rc=$?
   wait "$spid" || rc=$?
   if [[ "$rc" -ne 0 ]]; then
@@ -207,6 +215,7 @@ for p in "${plugins[@]}"; do
 done
 
 say "Instructions per ${size}-byte message (bw, window $window; callgrind, runs of $n1 and $n2 messages, difference / $((n2 - n1)))"
+[[ "$pace" -eq 0 ]] || say "  paced: each side slept $pace us before each isend and test of the data (not counted)"
 say "  sender = isend + test, receiver = irecv + test; inclusive of the verbs library, not the kernel"
 for p in "${plugins[@]}"; do
   IFS='|' read -r tag _ _ <<<"$p"

@@ -170,6 +170,7 @@ fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64
             }
             break;
         };
+        s.wait.pace();
         match counted::data_test(net, front)? {
             Some(n) => {
                 let now = Instant::now();
@@ -463,6 +464,7 @@ fn client_bw(
         // more than `window` sequence numbers ahead of one still in flight.
         while ring.len() < window && stop.is_none_or(|c| sent < c) {
             let off = usize::try_from((sent % slots) * size).map_err(|_| Error::new("overflow"))?;
+            s.wait.pace();
             // SAFETY: the slot lies inside the registered send buffer (checked above); its
             // contents are never changed while sends are in flight.
             match unsafe { counted::data_isend(sb, net, send, off, len, TAG_DATA) }? {
@@ -479,6 +481,7 @@ fn client_bw(
         }
         while let Some(&front) = ring.front() {
             st.tests += 1;
+            s.wait.pace();
             if counted::data_test(net, front)?.is_none() {
                 break;
             }

@@ -81,6 +81,9 @@ options (both sides):
   --split 0|1        sets NCCL_IB_SPLIT_DATA_ON_QPS for both processes
   --timeout SECS     give up when nothing progresses for this long (default 120)
   --yield            sched_yield between empty polls (default: busy-poll like NCCL)
+  --pace-us N        bw: sleep N us before each data-path isend and test (outside the calls),
+                     so that nearly every call finds its work ready: an instruction count of
+                     the calls that do the work, with few that wait (benches/count.sh --pace-us)
   -q, --quiet        no progress on stderr
   -v, --verbose      more progress (sender counters per size, lat phase times)
 
@@ -106,6 +109,8 @@ struct Common {
     split: Option<u32>,
     timeout_s: f64,
     yield_cpu: bool,
+    /// `--pace-us`: the pause before each data-path call of `bw`, in microseconds.
+    pace_us: u64,
     quiet: bool,
     verbose: bool,
 }
@@ -162,6 +167,7 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
         split: None,
         timeout_s: 120.0,
         yield_cpu: false,
+        pace_us: 0,
         quiet: false,
         verbose: false,
     };
@@ -263,6 +269,7 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
             }
             "--timeout" => common.timeout_s = num(&opt, &val)?,
             "--yield" => common.yield_cpu = true,
+            "--pace-us" => common.pace_us = num(&opt, &val)?,
             "-q" | "--quiet" => common.quiet = true,
             "-v" | "--verbose" => common.verbose = true,
             "--handle" if kind == "client" => handle = Some(val),
@@ -458,6 +465,7 @@ fn wait_cfg(c: &Common) -> WaitCfg {
     WaitCfg {
         timeout: Duration::from_secs_f64(c.timeout_s),
         yield_cpu: c.yield_cpu,
+        pace: (c.pace_us > 0).then(|| Duration::from_micros(c.pace_us)),
     }
 }
 
@@ -475,6 +483,9 @@ fn spawn_client(c: &Common, plugin: &std::path::Path) -> Result<Child> {
         .arg(c.timeout_s.to_string());
     if c.yield_cpu {
         cmd.arg("--yield");
+    }
+    if c.pace_us > 0 {
+        cmd.arg("--pace-us").arg(c.pace_us.to_string());
     }
     if c.quiet {
         cmd.arg("--quiet");

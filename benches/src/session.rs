@@ -145,6 +145,18 @@ pub(crate) struct WaitCfg {
     pub(crate) timeout: Duration,
     /// `sched_yield` between polls that found nothing (default: spin, as NCCL's proxy does).
     pub(crate) yield_cpu: bool,
+    /// `bw` only: sleep this long before each data-path `isend` and `test` (never inside the
+    /// counted calls), so that nearly every call finds its work ready (`--pace-us`).
+    pub(crate) pace: Option<Duration>,
+}
+
+impl WaitCfg {
+    /// The pause of `--pace-us`, if any.
+    pub(crate) fn pace(&self) {
+        if let Some(p) = self.pace {
+            std::thread::sleep(p);
+        }
+    }
 }
 
 /// Checked now and then while waiting: `Err` when the peer is known to be gone.

@@ -22,6 +22,14 @@ printf '\n--- benchmark smoke run: benches/compare.sh --quick (in the guest, no 
 if ! FERRO_BENCH="${FERRO_BENCH:-target/debug/ferro-bench}" bash benches/compare.sh --quick; then
   failed+=("benchmark-smoke")
 fi
+# The paced mode of the instruction count (benches/count.sh --pace-us), briefly: 8-byte
+# messages whose every data-path call is preceded by a pause; the run must complete.
+total=$((total + 1))
+printf '\n--- benchmark smoke run: ferro-bench bw --pace-us 200 (in the guest)\n'
+if ! "${FERRO_BENCH:-target/debug/ferro-bench}" run bw --dev rxe0 --sizes 8 --window 8 --iters 200 \
+  --pace-us 200 -q; then
+  failed+=("benchmark-paced-smoke")
+fi
 if [ "${#failed[@]}" -gt 0 ]; then
   printf '\nguest: %d of %d test binaries/steps failed: %s\n' "${#failed[@]}" "$total" "${failed[*]}"
   exit 1
