@@ -61,7 +61,7 @@ pub(super) struct ReceiverMem {
 pub(super) enum Side {
     Sender {
         mem: SenderMem,
-        core: super::send::SendCell,
+        core: super::send_cell::SendCell,
     },
     Receiver {
         mem: ReceiverMem,

@@ -38,6 +38,7 @@ mod recovery;
 mod recv;
 mod registration;
 mod send;
+mod send_cell;
 
 pub use comm::ReqHandle;
 pub use comm::{Comm, CommPtr, QpRetryAttrs};

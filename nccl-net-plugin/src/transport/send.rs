@@ -1,9 +1,8 @@
 //! The send side's verbs work: reading the clear-to-send FIFO for the core, and posting the
-//! writes of a complete group as the core and `ferro_proto::plan` lay them out; and the send
-//! core's lock ([`SendCell`]) with what a retried `isend` reads without taking it.
+//! writes of a complete group as the core and `ferro_proto::plan` lay them out. A retried
+//! `isend` that only waits is answered without the core's lock (`super::send_cell`).
 
 use super::comm::{Comm, ReqHandle, SendScratch, SenderMem, Side};
-use super::lock::{CoreGuard, CoreLock};
 use super::progress::{retry_answer, sender_completion};
 use super::registration::{MemKind, MrHandle};
 use crate::error::{Error, Result};
@@ -16,147 +15,14 @@ use ferro_proto::fifo::{self, CtsEntry, ENTRY_WORDS};
 use ferro_proto::plan::{self, SizesSlot};
 use ferro_verbs::wr::Store;
 use ferro_verbs::{RemoteAddr, SendChain, SendFlags, Sge};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
-
-/// Retries a send comm answers without its lock in a row: the next waiting call takes the
-/// lock and accounts them, so it is the periodic look's own call when only retries wait.
-const UNLOCKED_WAITS: u32 = ferro_proto::comm::LIVENESS_EVERY - 1;
-
-/// The send core behind the comm's lock, and the hint a retried `isend` reads without it.
-///
-/// Every locked `isend` publishes, as it ends, the head group a retry could only wait for
-/// ([`SendCore::awaited_hint`]: the comm healthy and running, no recovery wanted, no group
-/// open, the group's slot free); every other locked section (`test`, the close line) withdraws
-/// it if the comm failed, a recovery stopped it or is wanted, or the head group moved (nothing
-/// else there opens a group or fills the head group's slot; a slot it frees is published by
-/// the next locked `isend`). While that group's first clear-to-send entry is not in the
-/// FIFO, a retried `isend` answers NULL with a load of the hint, a look at the entry's
-/// sequence word and a counter, which the next locked section accounts
-/// ([`SendCore::add_cts_waits`]: the same counters, wait and look cadence as answering under
-/// the lock). The hint is only that: whatever acts on the comm takes the lock, and a stale
-/// hint (possible only when NCCL calls one comm from two threads at once, which it does not)
-/// costs at most one NULL answer or one miscounted retry.
-#[derive(Debug)]
-pub(super) struct SendCell {
-    core: CoreLock<SendCore>,
-    /// The awaited head group's sequence number plus one; 0: none (take the lock).
-    awaited: AtomicU64,
-    /// Retries answered without the lock since the last locked section.
-    waits: AtomicU32,
-}
-
-impl SendCell {
-    pub(super) fn new(core: SendCore) -> SendCell {
-        SendCell {
-            core: CoreLock::new(core),
-            awaited: AtomicU64::new(0),
-            waits: AtomicU32::new(0),
-        }
-    }
-
-    /// The core, locked (the retries answered without the lock accounted first); the hint is
-    /// withdrawn when the guard is dropped if the comm can no longer answer a retry without it.
-    #[inline(always)]
-    pub(super) fn lock(&self) -> Result<SendGuard<'_>> {
-        self.lock_as(false)
-    }
-
-    /// [`SendCell::lock`] for `isend`: the hint is published again when the guard is dropped.
-    #[inline(always)]
-    fn lock_publishing(&self) -> Result<SendGuard<'_>> {
-        self.lock_as(true)
-    }
-
-    #[inline(always)]
-    fn lock_as(&self, publish: bool) -> Result<SendGuard<'_>> {
-        let Ok(mut core) = self.core.lock() else {
-            // No more answers without the lock: every call reports the comm unusable.
-            self.awaited.store(0, Ordering::Release);
-            return Err(lock_poisoned());
-        };
-        if self.waits.load(Ordering::Relaxed) != 0 {
-            core.add_cts_waits(self.waits.swap(0, Ordering::Relaxed));
-        }
-        Ok(SendGuard {
-            core,
-            awaited: &self.awaited,
-            publish,
-        })
-    }
-
-    /// A retried `isend` answered without the lock: `true` (answer NULL) when the published
-    /// head group's first entry has not arrived and the look is not due.
-    #[inline(always)]
-    fn retry_unlocked(&self, mem: &SenderMem) -> bool {
-        let awaited = self.awaited.load(Ordering::Acquire);
-        if awaited == 0 {
-            return false;
-        }
-        let n = self.waits.load(Ordering::Relaxed);
-        if n >= UNLOCKED_WAITS || entry_arrived(mem, awaited - 1, 0) {
-            return false;
-        }
-        self.waits.store(n + 1, Ordering::Relaxed);
-        true
-    }
-}
-
-/// The locked send core; dropping it publishes (or withdraws) the hint of [`SendCell`] and
-/// unlocks.
-pub(super) struct SendGuard<'a> {
-    core: CoreGuard<'a, SendCore>,
-    awaited: &'a AtomicU64,
-    /// Publish the hint anew (an `isend`), not only withdraw it.
-    publish: bool,
-}
-
-impl core::ops::Deref for SendGuard<'_> {
-    type Target = SendCore;
-    #[inline(always)]
-    fn deref(&self) -> &SendCore {
-        &self.core
-    }
-}
-
-impl core::ops::DerefMut for SendGuard<'_> {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut SendCore {
-        &mut self.core
-    }
-}
-
-impl Drop for SendGuard<'_> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            // The section panicked: the core breaks when its guard drops next; no retry may
-            // be answered without the lock from here on.
-            self.awaited.store(0, Ordering::Release);
-        } else if self.publish {
-            let awaited = self
-                .core
-                .awaited_hint()
-                .map_or(0, |seq| seq.wrapping_add(1));
-            self.awaited.store(awaited, Ordering::Release);
-        } else {
-            // Withdrawn also if the head group moved (a recovery may have applied the peer's
-            // state within this section).
-            let awaited = self.awaited.load(Ordering::Relaxed);
-            if awaited != 0
-                && (self.core.hint_withdrawn() || self.core.head_seq().wrapping_add(1) != awaited)
-            {
-                self.awaited.store(0, Ordering::Release);
-            }
-        }
-    }
-}
+use std::sync::atomic::{Ordering, fence};
 
 impl Comm {
     /// `isend`: `Ok(None)` (a NULL request) until the receiver's buffer for this send is known.
     /// `phandle` is NCCL's profiler handle for it (NULL: none).
     ///
     /// Inlined into the exported entry: the common retry (the head group's clear-to-send not
-    /// written yet) is answered here without the lock ([`SendCell`]); everything else is
+    /// written yet) is answered here without the lock (`super::send_cell::SendCell`); everything else is
     /// [`Comm::isend_locked`], under it.
     #[inline(always)]
     pub fn isend(
@@ -173,7 +39,7 @@ impl Comm {
         if size > 0 && mh.is_none() {
             return Err(no_memory_handle());
         }
-        if core.retry_unlocked(mem) {
+        if core.retry_unlocked(|seq| entry_arrived(mem, seq, 0)) {
             return Ok(None);
         }
         // The comm's lock, taken once for the whole call. Retries are rare past the unlocked
@@ -416,7 +282,7 @@ fn entry_arrived(mem: &SenderMem, seq: u64, i: usize) -> bool {
 /// Entry `i` of group `seq` from the sender's FIFO, if the receiver has written all of it
 /// ([`CtsEntry::decode_words`]: its sequence word and its check). Read whole at once, with no
 /// look at the sequence word alone first: the core opens a group under the lock, which a
-/// retried `isend` only takes once that look ([`SendCell`]) found the group's first entry
+/// retried `isend` only takes once that look (`super::send_cell::SendCell`) found the group's first entry
 /// there (or for the periodic look).
 #[inline]
 fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
@@ -425,12 +291,6 @@ fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
     // The entry's fields are used only after this point.
     fence(Ordering::Acquire);
     e
-}
-
-#[cold]
-#[inline(never)]
-fn lock_poisoned() -> Error {
-    Error::Internal("comm unusable after an earlier internal error".into())
 }
 
 #[cold]

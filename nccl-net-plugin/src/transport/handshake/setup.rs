@@ -465,7 +465,7 @@ impl Setup {
                     ep,
                     side: Side::Sender {
                         mem,
-                        core: crate::transport::send::SendCell::new(core),
+                        core: crate::transport::send_cell::SendCell::new(core),
                     },
                 }))
             }
