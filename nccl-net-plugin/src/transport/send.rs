@@ -125,14 +125,25 @@ impl core::ops::DerefMut for SendGuard<'_> {
     }
 }
 
-impl Drop for SendGuard<'_> {
+impl SendGuard<'_> {
+    /// Ends a section that returned normally: the hint settled ([`SendGuard::settle_hint`]),
+    /// then the lock released, inline and without the look at `std::thread::panicking` that a
+    /// drop makes (a guard dropped by an unwinding section withdraws the hint, as before).
     #[inline(always)]
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            // The section panicked: the core breaks when its guard drops next; no retry may
-            // be answered without the lock from here on.
-            self.awaited.store(0, Ordering::Release);
-        } else if self.publish {
+    pub(super) fn unlock(self) {
+        self.settle_hint();
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped nor used again, so the core's guard is moved out of
+        // it exactly once; releasing it is all the guard's drop would have done past the hint.
+        let core = unsafe { core::ptr::read(&this.core) };
+        core.unlock();
+    }
+
+    /// Publishes the hint anew (an `isend`) or withdraws it if the comm can no longer answer a
+    /// retry without the lock; the section did not panic.
+    #[inline(always)]
+    fn settle_hint(&self) {
+        if self.publish {
             let awaited = self
                 .core
                 .awaited_hint()
@@ -147,6 +158,19 @@ impl Drop for SendGuard<'_> {
             {
                 self.awaited.store(0, Ordering::Release);
             }
+        }
+    }
+}
+
+impl Drop for SendGuard<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The section panicked: the core breaks when its guard drops next; no retry may
+            // be answered without the lock from here on.
+            self.awaited.store(0, Ordering::Release);
+        } else {
+            self.settle_hint();
         }
     }
 }
@@ -179,7 +203,9 @@ impl Comm {
         // The comm's lock, taken once for the whole call. Retries are rare past the unlocked
         // answer (the periodic look's call, a hint withheld): they take the core's own path.
         let mut core = core.lock_publishing()?;
-        self.isend_locked(mem, &mut core, data, size, tag, mh, phandle)
+        let answer = self.isend_locked(mem, &mut core, data, size, tag, mh, phandle);
+        core.unlock();
+        answer
     }
 
     /// A retried `isend`'s answer: NULL, after the wait hook (the periodic look, a recovery's
