@@ -146,6 +146,17 @@ impl<T> DerefMut for CoreGuard<'_, T> {
     }
 }
 
+impl<T> CoreGuard<'_, T> {
+    /// Releases the lock at the end of a section that returned normally: the core is whole, so
+    /// this skips the look at `std::thread::panicking` that a drop makes (a guard dropped by an
+    /// unwinding section still breaks the core).
+    #[inline(always)]
+    pub(super) fn unlock(self) {
+        self.lock.held.store(false, Ordering::Release);
+        core::mem::forget(self);
+    }
+}
+
 impl<T> Drop for CoreGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {

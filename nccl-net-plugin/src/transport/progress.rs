@@ -385,7 +385,9 @@ impl Comm {
         match &self.side {
             Side::Sender { core, .. } => {
                 let mut core = core.lock()?;
-                self.test_with(&mut *core, idx, sender_completion, on_done)
+                let done = self.test_with(&mut *core, idx, sender_completion, on_done);
+                core.unlock();
+                done
             }
             Side::Receiver { core, mem, .. } => {
                 let mut core = self.lock(core)?;

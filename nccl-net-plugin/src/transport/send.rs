@@ -45,7 +45,9 @@ impl Comm {
         // The comm's lock, taken once for the whole call. Retries are rare past the unlocked
         // answer (the periodic look's call, a hint withheld): they take the core's own path.
         let mut core = core.lock_publishing()?;
-        self.isend_locked(mem, &mut core, data, size, tag, mh, phandle)
+        let answer = self.isend_locked(mem, &mut core, data, size, tag, mh, phandle);
+        core.unlock();
+        answer
     }
 
     /// A retried `isend`'s answer: NULL, after the wait hook (the periodic look, a recovery's

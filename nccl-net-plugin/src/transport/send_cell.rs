@@ -92,8 +92,8 @@ impl SendCell {
     }
 }
 
-/// The locked send core; dropping it publishes (or withdraws) the hint of [`SendCell`] and
-/// unlocks.
+/// The locked send core; [`SendGuard::unlock`] (or a drop) publishes or withdraws the hint of
+/// [`SendCell`] and unlocks.
 pub(super) struct SendGuard<'a> {
     core: CoreGuard<'a, SendCore>,
     awaited: &'a AtomicU64,
@@ -116,14 +116,25 @@ impl core::ops::DerefMut for SendGuard<'_> {
     }
 }
 
-impl Drop for SendGuard<'_> {
+impl SendGuard<'_> {
+    /// Ends a section that returned normally: the hint settled ([`SendGuard::settle_hint`]),
+    /// then the lock released, inline and without the look at `std::thread::panicking` that a
+    /// drop makes (a guard dropped by an unwinding section withdraws the hint, as before).
     #[inline(always)]
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            // The section panicked: the core breaks when its guard drops next; no retry may
-            // be answered without the lock from here on.
-            self.awaited.store(0, Ordering::Release);
-        } else if self.publish {
+    pub(super) fn unlock(self) {
+        self.settle_hint();
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped nor used again, so the core's guard is moved out of
+        // it exactly once; releasing it is all the guard's drop would have done past the hint.
+        let core = unsafe { core::ptr::read(&this.core) };
+        core.unlock();
+    }
+
+    /// Publishes the hint anew (an `isend`) or withdraws it if the comm can no longer answer a
+    /// retry without the lock; the section did not panic.
+    #[inline(always)]
+    fn settle_hint(&self) {
+        if self.publish {
             let awaited = self
                 .core
                 .awaited_hint()
@@ -138,6 +149,19 @@ impl Drop for SendGuard<'_> {
             {
                 self.awaited.store(0, Ordering::Release);
             }
+        }
+    }
+}
+
+impl Drop for SendGuard<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The section panicked: the core breaks when its guard drops next; no retry may
+            // be answered without the lock from here on.
+            self.awaited.store(0, Ordering::Release);
+        } else {
+            self.settle_hint();
         }
     }
 }

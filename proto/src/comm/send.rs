@@ -504,6 +504,7 @@ impl SendCore {
     /// A successful completion polled from the comm's CQ. One of work posted before the last
     /// recovery (another epoch), or polled while the comm is stopped, is ignored: the
     /// receiver's report decides what became of that work.
+    #[inline]
     pub fn handle_completion(&mut self, wr_id: u64) {
         if !self.recovery.counts(wr_id::epoch_of(wr_id)) {
             return;
