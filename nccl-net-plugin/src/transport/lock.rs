@@ -51,24 +51,24 @@ impl<T> CoreLock<T> {
     /// Takes the lock, waiting (spinning, then yielding) while another call holds it.
     #[inline]
     pub(super) fn lock(&self) -> Result<CoreGuard<'_, T>, Broken> {
-        if self
-            .held
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        if !self.take() {
             self.wait();
         }
         self.guard()
     }
 
+    /// One attempt to take the lock: `true` when this call now holds it.
+    #[inline(always)]
+    fn take(&self) -> bool {
+        self.held
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// Takes the lock if it is free now.
     #[inline]
     pub(super) fn try_lock(&self) -> Result<CoreGuard<'_, T>, TryLockError> {
-        if self
-            .held
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        if !self.take() {
             return Err(TryLockError::WouldBlock);
         }
         self.guard().map_err(|Broken| TryLockError::Broken)
