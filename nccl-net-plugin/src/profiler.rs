@@ -24,8 +24,8 @@
 //! slot). `iflush` and the clear-to-send writes have no events, as in NCCL's transport.
 //!
 //! Owns: the callback; [`Phandles`], the handles of one `irecv`, which the shim passes to the
-//! transport's call (NCCL's array, not copied) and the transport hands to the hooks (an `isend`'s one handle
-//! goes as NCCL's pointer); and each comm's
+//! transport's call (NCCL's array, not copied) and the transport hands to the hooks (an
+//! `isend`'s one handle goes as NCCL's pointer); and each comm's
 //! [`CommEvents`]: the open event handles per (request, buffer, QP), the handles of matched sends
 //! whose group is not yet posted, and the requests of each posted send group. The transport only
 //! calls one hook per place ([`on_send_matched`], [`on_send_posted`], [`on_recv_posted`],

@@ -208,12 +208,6 @@ impl crate::profiler::EventSource for Comm {
 }
 
 /// Maps a refusal of the protocol core to the plugin's error, naming the comm where useful.
-#[cold]
-#[inline(never)]
-fn broken() -> Error {
-    Error::Internal("comm unusable after an earlier internal error".into())
-}
-
 fn core_error(comm: &Comm, e: CoreError) -> Error {
     match e {
         CoreError::NotInFlight { .. } => Error::Usage(e.to_string()),
@@ -411,7 +405,7 @@ impl Comm {
 
     #[inline]
     pub(super) fn lock<'a, C>(&self, m: &'a CoreLock<C>) -> Result<CoreGuard<'a, C>> {
-        m.lock().map_err(|_| broken())
+        Ok(m.lock()?)
     }
 
     pub(super) fn core_error(&self, e: CoreError) -> Error {

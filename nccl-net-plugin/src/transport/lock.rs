@@ -18,6 +18,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Broken;
 
+impl From<Broken> for crate::error::Error {
+    /// The error of every call on a comm whose core is broken.
+    #[cold]
+    #[inline(never)]
+    fn from(_: Broken) -> Self {
+        crate::error::Error::Internal("comm unusable after an earlier internal error".into())
+    }
+}
+
 /// Why [`CoreLock::try_lock`] did not take the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TryLockError {

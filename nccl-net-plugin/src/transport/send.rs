@@ -22,8 +22,8 @@ impl Comm {
     /// `phandle` is NCCL's profiler handle for it (NULL: none).
     ///
     /// Inlined into the exported entry: the common retry (the head group's clear-to-send not
-    /// written yet) is answered here without the lock (`super::send_cell::SendCell`); everything else is
-    /// [`Comm::isend_locked`], under it.
+    /// written yet) is answered here without the lock (`super::send_cell::SendCell`);
+    /// everything else is [`Comm::isend_locked`], under it.
     #[inline(always)]
     pub fn isend(
         &self,
@@ -284,8 +284,8 @@ fn entry_arrived(mem: &SenderMem, seq: u64, i: usize) -> bool {
 /// Entry `i` of group `seq` from the sender's FIFO, if the receiver has written all of it
 /// ([`CtsEntry::decode_words`]: its sequence word and its check). Read whole at once, with no
 /// look at the sequence word alone first: the core opens a group under the lock, which a
-/// retried `isend` only takes once that look (`super::send_cell::SendCell`) found the group's first entry
-/// there (or for the periodic look).
+/// retried `isend` only takes once that look (`super::send_cell::SendCell`) found the group's
+/// first entry there (or for the periodic look).
 #[inline]
 fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
     let off = fifo::entry_offset(seq, i);

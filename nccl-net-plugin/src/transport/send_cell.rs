@@ -4,8 +4,8 @@
 //! comm (`super::comm` holds a [`SendCell`]); what reads the clear-to-send FIFO is the
 //! caller's (`super::send`), handed in as a closure.
 
-use super::lock::{CoreGuard, CoreLock};
-use crate::error::{Error, Result};
+use super::lock::{Broken, CoreGuard, CoreLock};
+use crate::error::Result;
 use ferro_proto::comm::send::SendCore;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -63,7 +63,7 @@ impl SendCell {
         let Ok(mut core) = self.core.lock() else {
             // No more answers without the lock: every call reports the comm unusable.
             self.awaited.store(0, Ordering::Release);
-            return Err(lock_poisoned());
+            return Err(Broken.into());
         };
         if self.waits.load(Ordering::Relaxed) != 0 {
             core.add_cts_waits(self.waits.swap(0, Ordering::Relaxed));
@@ -164,10 +164,4 @@ impl Drop for SendGuard<'_> {
             self.settle_hint();
         }
     }
-}
-
-#[cold]
-#[inline(never)]
-fn lock_poisoned() -> Error {
-    Error::Internal("comm unusable after an earlier internal error".into())
 }
