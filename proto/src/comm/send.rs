@@ -375,9 +375,8 @@ impl SendCore {
     /// The head group, when an `isend` now could only open it (the comm healthy and running, no
     /// group open, its slot free): the call's answer then depends on that group's first FIFO
     /// entry alone. A transport may look at the entry's sequence word itself and, while it is
-    /// not there, answer the retry with [`SendCore::wait_clear_to_send`] (or without the core:
-    /// [`SendCore::awaited_hint`]) without matching anything: the same answer, counters and
-    /// wait as [`SendCore::isend`] would give.
+    /// not there, answer the retry without the core ([`SendCore::awaited_hint`]) and without
+    /// matching anything: the same answer, counters and wait as [`SendCore::isend`] would give.
     #[inline]
     pub fn awaited_group(&self) -> Option<u64> {
         let seq = self.seq;
@@ -407,7 +406,7 @@ impl SendCore {
     /// Accounts `n` retries of `isend` that the transport answered without the core, each one
     /// having found the head group's ([`SendCore::awaited_hint`], unchanged since) first entry
     /// not written yet: the same counters and wait as `n` calls of
-    /// [`SendCore::wait_clear_to_send`], and `n` waiting calls towards the periodic look.
+    /// `isend` that found that entry missing, and `n` waiting calls towards the periodic look.
     #[inline]
     pub fn add_cts_waits(&mut self, n: u32) {
         let c = &mut self.health.counters;
@@ -415,13 +414,6 @@ impl SendCore {
         c.cts_waits += u64::from(n);
         self.last_wait = Some(SendWait::ClearToSend { seq: self.seq });
         self.health.add_waits(n);
-    }
-
-    /// The retry of an `isend` that found group `seq`'s ([`SendCore::awaited_group`]) first
-    /// entry not written yet.
-    #[inline]
-    pub fn wait_clear_to_send(&mut self, seq: u64) -> SendStep {
-        self.retry(SendWait::ClearToSend { seq })
     }
 
     /// The group the last [`SendStep::Post`] completed, to be written now: valid until the next

@@ -371,12 +371,14 @@ fn a_failed_comm_refuses_every_later_send() {
     ));
 }
 
-/// A send through the transport's retry shortcut: [`SendCore::wait_clear_to_send`] when
-/// [`SendCore::awaited_group`] names a group whose first entry is not there, else `isend`.
+/// A send through the transport's unlocked retry: while [`SendCore::awaited_hint`] names a
+/// group whose first entry is not there, the retry is only counted ([`SendCore::add_cts_waits`],
+/// as the next locked section does) and answered; else `isend`.
 fn send_with_shortcut(c: &mut SendCore, fifo: &Fifo, tag: i32, size: u32) -> SendStep {
-    if let Some(seq) = c.awaited_group() {
+    if let Some(seq) = c.awaited_hint() {
         if fifo.read(seq, 0).is_none() {
-            return c.wait_clear_to_send(seq);
+            c.add_cts_waits(1);
+            return SendStep::Retry(SendWait::ClearToSend { seq });
         }
     }
     send(c, fifo, tag, size)
@@ -480,8 +482,12 @@ fn a_hint_is_withdrawn_whenever_it_would_not_be_published() {
 fn retries_answered_without_the_core_count_as_clear_to_send_waits_and_bring_the_look() {
     let mut c = SendCore::new(QpLayout::one_device(1, false));
     let mut by_core = SendCore::new(QpLayout::one_device(1, false));
+    let nothing_yet = Fifo { groups: vec![] };
     for _ in 0..(crate::comm::LIVENESS_EVERY - 1) {
-        by_core.wait_clear_to_send(0);
+        assert_eq!(
+            send(&mut by_core, &nothing_yet, 0, 8),
+            SendStep::Retry(SendWait::ClearToSend { seq: 0 })
+        );
         assert!(!by_core.health.look_due());
     }
     c.add_cts_waits(crate::comm::LIVENESS_EVERY - 1);
