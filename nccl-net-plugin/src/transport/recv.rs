@@ -49,10 +49,9 @@ impl Comm {
         // Staged now, written now or by a later call (coalesced with the receives after it):
         // each entry encoded from its buffer straight into the staging.
         let off = post.stage_offset();
-        let n = bufs.len();
-        for (i, b) in bufs.iter().enumerate() {
+        for (i, e) in post.entries(bufs).enumerate() {
             mem.cts_stage
-                .write_words(off + i * ENTRY_SIZE, &post.entry(i, n, b).encode_words());
+                .write_words(off + i * ENTRY_SIZE, &e.encode_words());
         }
         if let Some(w) = &post.cts {
             self.post_cts(mem, &mut core, w)?;

@@ -86,6 +86,7 @@ impl PostRecv {
     }
 
     /// Every entry of this receive of `bufs` ([`PostRecv::entry`]), in buffer order.
+    #[inline(always)]
     pub fn entries<'a>(&'a self, bufs: &'a [RecvBuf]) -> impl Iterator<Item = CtsEntry> + 'a {
         let n = bufs.len();
         bufs.iter()
@@ -163,7 +164,7 @@ impl CtsWrite {
     /// Whether the run wraps around the end of the ring (two ranges, two work requests).
     #[inline]
     pub fn wraps(&self) -> bool {
-        entry_offset(self.to - 1, 0) + self.last_bytes as usize <= entry_offset(self.from, 0)
+        !self.range_pair()[1].is_empty()
     }
 
     /// Receive groups this write announces.
