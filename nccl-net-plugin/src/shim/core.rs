@@ -318,7 +318,10 @@ pub(super) fn isend<S: SizeArg>(
 
 /// `irecv`. `phandles` is NULL or one profiler handle per buffer (v10+). `*request` may hold
 /// NCCL's optional-completion hint (0x1) on input; it is ignored and always overwritten.
+/// Inlined into each version's entry point, with the transport's `irecv`: one frame for the
+/// whole call.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(super) fn irecv<S: SizeArg>(
     recv_comm: *mut c_void,
     n: c_int,
@@ -439,9 +442,10 @@ pub(super) fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) ->
         if sizes.is_null() {
             return;
         }
-        for (i, v) in d.sizes.iter().take(d.n).enumerate() {
+        // A plain count (no iterator adapters): most requests have one buffer.
+        for i in 0..d.n.min(d.sizes.len()) {
             // SAFETY: sizes has room for n entries (the request's buffer count).
-            unsafe { sizes.add(i).write(reported_size(*v)) };
+            unsafe { sizes.add(i).write(reported_size(d.sizes[i])) };
         }
     };
     // SAFETY: NCCL passes a request of ours (checked by its magic) whose comm is open.
