@@ -34,18 +34,17 @@ pub(super) trait RecoverOps {
 
 /// What `test` and the periodic look need from either side's core.
 pub(super) trait CoreOps: Recovering + RecoverOps {
+    /// Whether `test` polls a member's CQ in a call of its own rather than inline: the
+    /// cheaper of the two for this side, as counted (the sender's `test` body is smaller with
+    /// the poll and its completion handling out of line; the receiver's with them inline).
+    const POLL_OUT_OF_LINE: bool;
     fn is_pending(&self, req: u32) -> bool;
     /// The request's result when done (it is then freed), else the comm's failure
     /// (`ferro_proto::comm::test_outcome`).
     fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
     /// The request's result if it is in flight and done (it is then freed), in one look-up:
-    /// what a `test` whose poll found completions asks first. `None` otherwise, and always from
-    /// a core without such an answer: `test` then asks [`CoreOps::is_pending`] and, when the
-    /// request is not, the core's full [`CoreOps::test`].
-    #[inline(always)]
-    fn take_ready(&mut self, _req: u32) -> Option<Done> {
-        None
-    }
+    /// what a `test` whose poll found completions asks first. `None` otherwise.
+    fn take_ready(&mut self, req: u32) -> Option<Done>;
     fn health(&self) -> &CommHealth;
     fn health_mut(&mut self) -> &mut CommHealth;
     fn is_waiting(&self) -> bool;
@@ -53,8 +52,9 @@ pub(super) trait CoreOps: Recovering + RecoverOps {
 }
 
 macro_rules! core_ops {
-    ($t:ty, { $($extra:tt)* }) => {
+    ($t:ty, $out_of_line:expr, { $($extra:tt)* }) => {
         impl CoreOps for $t {
+            const POLL_OUT_OF_LINE: bool = $out_of_line;
             $($extra)*
             #[inline(always)]
             fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
@@ -80,8 +80,13 @@ macro_rules! core_ops {
     };
 }
 
-core_ops!(SendCore, {});
-core_ops!(RecvCore, {
+core_ops!(SendCore, true, {
+    #[inline(always)]
+    fn take_ready(&mut self, req: u32) -> Option<Done> {
+        SendCore::take_ready(self, req)
+    }
+});
+core_ops!(RecvCore, false, {
     #[inline(always)]
     fn take_ready(&mut self, req: u32) -> Option<Done> {
         RecvCore::take_ready(self, req)
@@ -97,7 +102,9 @@ pub(super) fn now() -> Duration {
     START.get_or_init(Instant::now).elapsed()
 }
 
-/// Hands a successful completion of a send comm's CQ to its core.
+/// Hands a successful completion of a send comm's CQ to its core (inlined into the poll of
+/// `test`, like the receiver's).
+#[inline(always)]
 pub(super) fn sender_completion(core: &mut SendCore, wc: &ibv_wc) {
     core.handle_completion(wc.wr_id);
 }
@@ -107,6 +114,9 @@ pub(super) fn sender_completion(core: &mut SendCore, wc: &ibv_wc) {
 pub(super) fn receiver_completion(
     mem: &ReceiverMem,
 ) -> impl Fn(&mut RecvCore, &ibv_wc) + Copy + '_ {
+    // Inlined into the poll of `test`, which is itself inlined: a call per completion
+    // otherwise (its frame, and the core's state reloaded).
+    #[inline(always)]
     move |core, wc| {
         core.handle_completion(wc.wr_id, u32::from_be(wc.imm_data), |seq, n| {
             read_sizes(&mem.sizes, seq, n)
@@ -153,16 +163,33 @@ impl Comm {
     ) -> bool {
         // One member device (the common comm): its CQ, without the loop's state.
         if let [rail] = &self.ep.rails[..] {
-            return self.poll_rail(0, rail, core, &mut on_wc);
+            return if C::POLL_OUT_OF_LINE {
+                self.poll_rail_call(0, rail, core, &mut on_wc)
+            } else {
+                self.poll_rail(0, rail, core, &mut on_wc)
+            };
         }
         let mut quiet = true;
         for (m, rail) in self.ep.rails.iter().enumerate() {
-            quiet &= self.poll_rail(m, rail, core, &mut on_wc);
+            quiet &= self.poll_rail_call(m, rail, core, &mut on_wc);
         }
         quiet
     }
 
-    #[inline]
+    /// [`Comm::poll_rail`] in a call of its own.
+    #[inline(never)]
+    fn poll_rail_call<C: CoreOps>(
+        &self,
+        m: usize,
+        rail: &Rail,
+        core: &mut C,
+        on_wc: &mut impl FnMut(&mut C, &ibv_wc),
+    ) -> bool {
+        self.poll_rail(m, rail, core, on_wc)
+    }
+
+    /// One member's CQ, drained (inline, or in a call of its own: [`CoreOps::POLL_OUT_OF_LINE`]).
+    #[inline(always)]
     fn poll_rail<C: CoreOps>(
         &self,
         m: usize,

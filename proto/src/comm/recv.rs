@@ -412,7 +412,7 @@ impl RecvCore {
     /// A completion of work posted before the last recovery (another epoch), or polled while
     /// the comm is stopped, is ignored: what the comm reported at its stop is the truth.
     /// Inline: it runs inside the poll of `test`, once per completion.
-    #[inline]
+    #[inline(always)]
     pub fn handle_completion(
         &mut self,
         wr_id: u64,
