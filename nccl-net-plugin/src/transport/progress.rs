@@ -44,7 +44,9 @@ pub(super) trait CoreOps: Recovering + RecoverOps {
     fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
     /// The request's result if it is in flight and done (it is then freed), in one look-up:
     /// what a `test` whose poll found completions asks first. `None` otherwise.
-    fn take_ready(&mut self, req: u32) -> Option<Done>;
+    /// `on_done` handed the result where it lies, when done: whether it was (the request is
+    /// then freed).
+    fn take_ready_with(&mut self, req: u32, on_done: impl FnOnce(&Done)) -> bool;
     fn health(&self) -> &CommHealth;
     fn health_mut(&mut self) -> &mut CommHealth;
     fn is_waiting(&self) -> bool;
@@ -82,14 +84,20 @@ macro_rules! core_ops {
 
 core_ops!(SendCore, true, {
     #[inline(always)]
-    fn take_ready(&mut self, req: u32) -> Option<Done> {
-        SendCore::take_ready(self, req)
+    fn take_ready_with(&mut self, req: u32, on_done: impl FnOnce(&Done)) -> bool {
+        match SendCore::take_ready(self, req) {
+            Some(d) => {
+                on_done(&d);
+                true
+            }
+            None => false,
+        }
     }
 });
 core_ops!(RecvCore, false, {
     #[inline(always)]
-    fn take_ready(&mut self, req: u32) -> Option<Done> {
-        RecvCore::take_ready(self, req)
+    fn take_ready_with(&mut self, req: u32, on_done: impl FnOnce(&Done)) -> bool {
+        RecvCore::take_ready_with(self, req, on_done)
     }
 });
 
@@ -398,7 +406,7 @@ impl Comm {
         core: &mut C,
         idx: u32,
         on_wc: impl FnMut(&mut C, &ibv_wc) + Copy,
-        on_done: impl FnOnce(&Done),
+        on_done: impl Fn(&Done) + Copy,
     ) -> Result<Tested> {
         if core.is_pending(idx) {
             if core.health().failure().is_some() {
@@ -411,9 +419,8 @@ impl Comm {
                 if !self.on_wait(core, on_wc) {
                     return Ok(Tested::Quiet);
                 }
-            } else if let Some(d) = core.take_ready(idx) {
+            } else if core.take_ready_with(idx, on_done) {
                 // Completed by this poll: done, even if the poll also found the comm failed.
-                on_done(&d);
                 return Ok(Tested::Done);
             } else if core.is_pending(idx)
                 && !self.on_wait(core, on_wc)
@@ -438,7 +445,7 @@ impl Comm {
     /// `test`: `Ok(true)` when the request is done (it is then freed, after `on_done` was
     /// handed its sizes).
     #[inline(always)]
-    pub(super) fn test(&self, idx: u32, on_done: impl FnOnce(&Done)) -> Result<bool> {
+    pub(super) fn test(&self, idx: u32, on_done: impl Fn(&Done) + Copy) -> Result<bool> {
         match &self.side {
             Side::Sender { core, .. } => {
                 let mut core = core.lock()?;

@@ -499,6 +499,31 @@ impl RecvCore {
         })
     }
 
+    /// [`RecvCore::take_ready`], handing the result to `on_done` where it lies (no copy of
+    /// it through the callers): whether the request was done (and is now freed).
+    #[inline(always)]
+    pub fn take_ready_with(&mut self, req: u32, on_done: impl FnOnce(&Done)) -> bool {
+        // Inline (a call per finished request otherwise).
+        let ready = {
+            #[inline(always)]
+            |r: &RecvReq| match r {
+                RecvReq::Recv { done: Some(d), .. } => {
+                    on_done(d);
+                    true
+                }
+                RecvReq::Recv { done: None, .. } => false,
+                RecvReq::Flush { remaining, .. } => {
+                    if *remaining != 0 {
+                        return false;
+                    }
+                    on_done(&Done::NOTHING);
+                    true
+                }
+            }
+        };
+        self.reqs.free_if(req, ready)
+    }
+
     /// `test` of request `req` after the last poll ([`super::test_outcome`]): done (and freed)
     /// if its completion was polled, even once the comm failed; else the comm's failure, if
     /// any; else not done yet.

@@ -76,6 +76,25 @@ impl<S> RequestTable<S> {
         Some(r)
     }
 
+    /// Whether `f` answers yes for the state of slot `idx` when it is in flight; the slot is
+    /// then freed in the same look-up. `f` reads the state in place (a finished request's
+    /// result is handed on from where it lies, not copied out first).
+    #[inline(always)]
+    pub fn free_if(&mut self, idx: u32, f: impl FnOnce(&S) -> bool) -> bool {
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return false;
+        };
+        let Some(state) = slot.as_ref() else {
+            return false;
+        };
+        if !f(state) {
+            return false;
+        }
+        *slot = None;
+        self.free.push(idx);
+        true
+    }
+
     /// Frees a slot; the state it held is returned.
     #[inline]
     pub fn release(&mut self, idx: u32) -> Option<S> {
@@ -133,6 +152,23 @@ mod tests {
             None,
             "so does one out of range"
         );
+        assert_eq!(t.alloc(3).unwrap(), a, "the freed slot is reused");
+    }
+
+    #[test]
+    fn free_if_frees_the_slot_only_when_the_answer_is_yes() {
+        let mut t = RequestTable::new(2);
+        let a = t.alloc(1u8).unwrap();
+        assert!(!t.free_if(a, |&v| v == 2));
+        assert_eq!(t.in_flight(), 1, "a no keeps the request");
+        let mut seen = 0;
+        assert!(t.free_if(a, |&v| {
+            seen = v;
+            v == 1
+        }));
+        assert_eq!((seen, t.in_flight()), (1, 0));
+        assert!(!t.free_if(a, |_| true), "a free slot answers no");
+        assert!(!t.free_if(99, |_| true), "so does one out of range");
         assert_eq!(t.alloc(3).unwrap(), a, "the freed slot is reused");
     }
 
