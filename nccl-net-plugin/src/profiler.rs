@@ -465,14 +465,22 @@ fn send_posted(comm: &impl EventSource, req: u32, ph: usize, group: &ReadyGroup<
     book.send_posted(&mut Nccl(cb), group.seq, group.items(), group.reqs());
 }
 
-/// `irecv` posted the receives of `post`.
-#[inline]
+/// `irecv` posted the receives of `post`. Without a callback (or without handles) the handles
+/// are empty ([`Phandles::of`]): one compare, and the events are left out of line.
+#[inline(always)]
 pub fn on_recv_posted(
     comm: &impl EventSource,
     post: &PostRecv,
     bufs: &[RecvBuf],
     ph: Phandles<'_>,
 ) {
+    if !ph.0.is_empty() {
+        recv_posted(comm, post, bufs, ph);
+    }
+}
+
+#[inline(never)]
+fn recv_posted(comm: &impl EventSource, post: &PostRecv, bufs: &[RecvBuf], ph: Phandles<'_>) {
     let Some(cb) = callback() else {
         return;
     };

@@ -132,7 +132,7 @@ impl<'a> VolatileRegion<'a> {
 
     /// Stores the `N` words at `off`, little-endian: whole 8-byte stores when the address is
     /// 8-byte aligned, else the words' bytes. Plain stores, as [`VolatileRegion::write`].
-    #[inline]
+    #[inline(always)]
     pub fn write_words<const N: usize>(&self, off: usize, words: &[u64; N]) {
         let base = self.at(off, 8 * N);
         if (base as usize) % 8 == 0 {

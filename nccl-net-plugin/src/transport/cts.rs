@@ -70,6 +70,7 @@ impl Comm {
 
     /// After an `irecv` that left entries staged (the core holds the comm's lock): the comm is
     /// queued for the backstop, joining the queue only if it is not there already.
+    #[inline(always)]
     pub(super) fn keep_staged(&self, core: &RecvCore) {
         let Some(place) = &self.place else {
             return;

@@ -61,7 +61,10 @@ pub unsafe fn mr_ref<'a>(p: *mut core::ffi::c_void) -> Result<Option<&'a MrHandl
 /// # Safety
 /// `p` must be a request pointer this plugin returned whose comm is still open.
 #[inline(always)]
-pub unsafe fn test_request(p: *mut core::ffi::c_void, on_done: impl FnOnce(&Done)) -> Result<bool> {
+pub unsafe fn test_request(
+    p: *mut core::ffi::c_void,
+    on_done: impl Fn(&Done) + Copy,
+) -> Result<bool> {
     // SAFETY: forwarded contract.
     if unsafe { magic_of(p) } != Some(ObjectKind::Request.magic()) {
         return Err(not_a_request());

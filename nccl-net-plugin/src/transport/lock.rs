@@ -1,8 +1,9 @@
 //! The lock of a comm's protocol core: one atomic word, taken and released once per data-path
 //! call. It owns the one rule that `std::sync::Mutex` adds a check for on both sides of every
 //! call: a core whose call panicked (an internal error, caught at the C boundary) is never used
-//! again. Here that check is made once, when the guard is dropped while unwinding, and the lock
-//! then answers [`Broken`] for ever.
+//! again. Here that check is made once, when the guard is dropped while unwinding: the lock's
+//! word then says broken, is never free again, and every later call answers [`Broken`] from the
+//! slow path of a take that failed.
 //!
 //! Waiting: NCCL drives each comm from one thread, so the lock is free on every data-path call;
 //! another thread only takes it with [`CoreLock::try_lock`] (the clear-to-send backstop), or
@@ -12,7 +13,7 @@
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The core's call panicked earlier: the comm is unusable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,24 +36,29 @@ pub(super) enum TryLockError {
     Broken,
 }
 
+/// The lock's word: free, held by one call, or broken (never taken again).
+const FREE: u8 = 0;
+const HELD: u8 = 1;
+const BROKEN: u8 = 2;
+
 /// A comm's protocol core behind its lock.
 pub(super) struct CoreLock<T> {
-    held: AtomicBool,
-    broken: AtomicBool,
+    /// [`FREE`], [`HELD`] or [`BROKEN`]: a broken lock is never free again, so taking the lock
+    /// (free to held) is the one check of every call.
+    state: AtomicU8,
     value: UnsafeCell<T>,
 }
 
 // SAFETY: the value is only reached through a guard, and at most one guard exists at a time
-// (`held` is taken with acquire ordering and released with release ordering), so sharing the
-// lock between threads hands the value from one thread to another like a `Mutex` does; that
-// needs `T: Send` and nothing more.
+// (`state` goes from free to held with acquire ordering and back with release ordering), so
+// sharing the lock between threads hands the value from one thread to another like a `Mutex`
+// does; that needs `T: Send` and nothing more.
 unsafe impl<T: Send> Sync for CoreLock<T> {}
 
 impl<T> CoreLock<T> {
     pub(super) fn new(value: T) -> CoreLock<T> {
         CoreLock {
-            held: AtomicBool::new(false),
-            broken: AtomicBool::new(false),
+            state: AtomicU8::new(FREE),
             value: UnsafeCell::new(value),
         }
     }
@@ -61,40 +67,41 @@ impl<T> CoreLock<T> {
     #[inline]
     pub(super) fn lock(&self) -> Result<CoreGuard<'_, T>, Broken> {
         if !self.take() {
-            self.wait();
+            self.wait()?;
         }
-        self.guard()
+        Ok(self.guard())
     }
 
     /// One attempt to take the lock: `true` when this call now holds it.
     #[inline(always)]
     fn take(&self) -> bool {
-        self.held
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        self.state
+            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
 
     /// Takes the lock if it is free now.
     #[inline]
     pub(super) fn try_lock(&self) -> Result<CoreGuard<'_, T>, TryLockError> {
-        if !self.take() {
-            return Err(TryLockError::WouldBlock);
+        match self
+            .state
+            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => Ok(self.guard()),
+            Err(BROKEN) => Err(TryLockError::Broken),
+            Err(_) => Err(TryLockError::WouldBlock),
         }
-        self.guard().map_err(|Broken| TryLockError::Broken)
     }
 
     #[cold]
     #[inline(never)]
-    fn wait(&self) {
+    fn wait(&self) -> Result<(), Broken> {
         let mut spins = 0u32;
         loop {
-            if !self.held.load(Ordering::Relaxed)
-                && self
-                    .held
-                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return;
+            match self.state.load(Ordering::Relaxed) {
+                BROKEN => return Err(Broken),
+                FREE if self.take() => return Ok(()),
+                _ => {}
             }
             if spins < 64 {
                 spins += 1;
@@ -105,18 +112,13 @@ impl<T> CoreLock<T> {
         }
     }
 
-    /// The lock is held by this call: the guard, unless the core is broken (the lock is then
-    /// released again).
+    /// The guard of the lock this call now holds.
     #[inline(always)]
-    fn guard(&self) -> Result<CoreGuard<'_, T>, Broken> {
-        if self.broken.load(Ordering::Relaxed) {
-            self.held.store(false, Ordering::Release);
-            return Err(Broken);
-        }
-        Ok(CoreGuard {
+    fn guard(&self) -> CoreGuard<'_, T> {
+        CoreGuard {
             lock: self,
             _not_send: PhantomData,
-        })
+        }
     }
 }
 
@@ -161,7 +163,7 @@ impl<T> CoreGuard<'_, T> {
     /// unwinding section still breaks the core).
     #[inline(always)]
     pub(super) fn unlock(self) {
-        self.lock.held.store(false, Ordering::Release);
+        self.lock.state.store(FREE, Ordering::Release);
         core::mem::forget(self);
     }
 }
@@ -170,10 +172,12 @@ impl<T> Drop for CoreGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
         // A panic under the lock may have left the core half-changed: never used again.
-        if std::thread::panicking() {
-            self.lock.broken.store(true, Ordering::Relaxed);
-        }
-        self.lock.held.store(false, Ordering::Release);
+        let next = if std::thread::panicking() {
+            BROKEN
+        } else {
+            FREE
+        };
+        self.lock.state.store(next, Ordering::Release);
     }
 }
 

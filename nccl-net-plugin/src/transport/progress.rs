@@ -34,10 +34,19 @@ pub(super) trait RecoverOps {
 
 /// What `test` and the periodic look need from either side's core.
 pub(super) trait CoreOps: Recovering + RecoverOps {
+    /// Whether `test` polls a member's CQ in a call of its own rather than inline: the
+    /// cheaper of the two for this side, as counted (the sender's `test` body is smaller with
+    /// the poll and its completion handling out of line; the receiver's with them inline).
+    const POLL_OUT_OF_LINE: bool;
     fn is_pending(&self, req: u32) -> bool;
     /// The request's result when done (it is then freed), else the comm's failure
     /// (`ferro_proto::comm::test_outcome`).
     fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
+    /// The request's result if it is in flight and done (it is then freed), in one look-up:
+    /// what a `test` whose poll found completions asks first. `None` otherwise.
+    /// `on_done` handed the result where it lies, when done: whether it was (the request is
+    /// then freed).
+    fn take_ready_with(&mut self, req: u32, on_done: impl FnOnce(&Done)) -> bool;
     fn health(&self) -> &CommHealth;
     fn health_mut(&mut self) -> &mut CommHealth;
     fn is_waiting(&self) -> bool;
@@ -45,11 +54,15 @@ pub(super) trait CoreOps: Recovering + RecoverOps {
 }
 
 macro_rules! core_ops {
-    ($t:ty) => {
+    ($t:ty, $out_of_line:expr, { $($extra:tt)* }) => {
         impl CoreOps for $t {
+            const POLL_OUT_OF_LINE: bool = $out_of_line;
+            $($extra)*
+            #[inline(always)]
             fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError> {
                 <$t>::test(self, req)
             }
+            #[inline(always)]
             fn is_pending(&self, req: u32) -> bool {
                 <$t>::is_pending(self, req)
             }
@@ -69,8 +82,24 @@ macro_rules! core_ops {
     };
 }
 
-core_ops!(SendCore);
-core_ops!(RecvCore);
+core_ops!(SendCore, true, {
+    #[inline(always)]
+    fn take_ready_with(&mut self, req: u32, on_done: impl FnOnce(&Done)) -> bool {
+        match SendCore::take_ready(self, req) {
+            Some(d) => {
+                on_done(&d);
+                true
+            }
+            None => false,
+        }
+    }
+});
+core_ops!(RecvCore, false, {
+    #[inline(always)]
+    fn take_ready_with(&mut self, req: u32, on_done: impl FnOnce(&Done)) -> bool {
+        RecvCore::take_ready_with(self, req, on_done)
+    }
+});
 
 /// Completions taken from a CQ per `ibv_poll_cq` call (the loop polls again while they fill it).
 const WCS_PER_POLL: usize = 16;
@@ -81,7 +110,9 @@ pub(super) fn now() -> Duration {
     START.get_or_init(Instant::now).elapsed()
 }
 
-/// Hands a successful completion of a send comm's CQ to its core.
+/// Hands a successful completion of a send comm's CQ to its core (inlined into the poll of
+/// `test`, like the receiver's).
+#[inline(always)]
 pub(super) fn sender_completion(core: &mut SendCore, wc: &ibv_wc) {
     core.handle_completion(wc.wr_id);
 }
@@ -91,6 +122,9 @@ pub(super) fn sender_completion(core: &mut SendCore, wc: &ibv_wc) {
 pub(super) fn receiver_completion(
     mem: &ReceiverMem,
 ) -> impl Fn(&mut RecvCore, &ibv_wc) + Copy + '_ {
+    // Inlined into the poll of `test`, which is itself inlined: a call per completion
+    // otherwise (its frame, and the core's state reloaded).
+    #[inline(always)]
     move |core, wc| {
         core.handle_completion(wc.wr_id, u32::from_be(wc.imm_data), |seq, n| {
             read_sizes(&mem.sizes, seq, n)
@@ -135,14 +169,35 @@ impl Comm {
         core: &mut C,
         mut on_wc: impl FnMut(&mut C, &ibv_wc),
     ) -> bool {
+        // One member device (the common comm): its CQ, without the loop's state.
+        if let [rail] = &self.ep.rails[..] {
+            return if C::POLL_OUT_OF_LINE {
+                self.poll_rail_call(0, rail, core, &mut on_wc)
+            } else {
+                self.poll_rail(0, rail, core, &mut on_wc)
+            };
+        }
         let mut quiet = true;
         for (m, rail) in self.ep.rails.iter().enumerate() {
-            quiet &= self.poll_rail(m, rail, core, &mut on_wc);
+            quiet &= self.poll_rail_call(m, rail, core, &mut on_wc);
         }
         quiet
     }
 
-    #[inline]
+    /// [`Comm::poll_rail`] in a call of its own.
+    #[inline(never)]
+    fn poll_rail_call<C: CoreOps>(
+        &self,
+        m: usize,
+        rail: &Rail,
+        core: &mut C,
+        on_wc: &mut impl FnMut(&mut C, &ibv_wc),
+    ) -> bool {
+        self.poll_rail(m, rail, core, on_wc)
+    }
+
+    /// One member's CQ, drained (inline, or in a call of its own: [`CoreOps::POLL_OUT_OF_LINE`]).
+    #[inline(always)]
     fn poll_rail<C: CoreOps>(
         &self,
         m: usize,
@@ -339,30 +394,39 @@ impl Comm {
         }
     }
 
-    /// `test` on one side's core: `Ok(true)` when the request is done (it is then freed, and
-    /// `on_done` was handed its sizes), `Ok(false)` while it is not. The answer while waiting
-    /// (pending before and after this call's poll, no look due, the comm healthy) is reached
-    /// with two look-ups of the request, one poll per member CQ and a counter, and moves no
-    /// sizes; everything else takes the core's full `test`.
+    /// `test` on one side's core: [`Tested::Done`] when the request is done (it is then freed,
+    /// and `on_done` was handed its sizes). The answer while waiting (pending before this call's
+    /// poll, every CQ empty, no look due, the comm healthy) is reached with one look-up of the
+    /// request, one poll per member CQ and a counter, and moves no sizes; a poll that found
+    /// completions takes a finished request in one more look-up; everything else takes the
+    /// core's full `test`.
     #[inline(always)]
     fn test_with<C: CoreOps>(
         &self,
         core: &mut C,
         idx: u32,
         on_wc: impl FnMut(&mut C, &ibv_wc) + Copy,
-        on_done: impl FnOnce(&Done),
-    ) -> Result<bool> {
+        on_done: impl Fn(&Done) + Copy,
+    ) -> Result<Tested> {
         if core.is_pending(idx) {
-            // A poll that found every CQ empty changed nothing: the request is still pending
-            // and the comm still healthy, without asking again.
-            let quiet = core.health().failure().is_none() && self.poll_inline(core, on_wc);
-            // Still pending, nothing changed by the wait hook (no recovery step, no look) and
-            // no failure found by the poll: not done yet.
-            if (quiet || core.is_pending(idx))
+            if core.health().failure().is_some() {
+                // The wait hook still runs (a recovery's step, the periodic look); the core's
+                // `test` below then reports the failure.
+                let _ = self.on_wait(core, on_wc);
+            } else if self.poll_inline(core, on_wc) {
+                // Every CQ empty: the request is still pending and the comm still healthy,
+                // without asking again; unless the wait hook changed something, that is all.
+                if !self.on_wait(core, on_wc) {
+                    return Ok(Tested::Quiet);
+                }
+            } else if core.take_ready_with(idx, on_done) {
+                // Completed by this poll: done, even if the poll also found the comm failed.
+                return Ok(Tested::Done);
+            } else if core.is_pending(idx)
                 && !self.on_wait(core, on_wc)
-                && (quiet || core.health().failure().is_none())
+                && core.health().failure().is_none()
             {
-                return Ok(false);
+                return Ok(Tested::Pending);
             }
         }
         // Done (and freed), not in flight (a usage error), or the comm's failure for a request
@@ -371,9 +435,9 @@ impl Comm {
         match core.test(idx) {
             Ok(Some(d)) => {
                 on_done(&d);
-                Ok(true)
+                Ok(Tested::Done)
             }
-            Ok(None) => Ok(false),
+            Ok(None) => Ok(Tested::Pending),
             Err(e) => Err(self.core_error(e)),
         }
     }
@@ -381,24 +445,43 @@ impl Comm {
     /// `test`: `Ok(true)` when the request is done (it is then freed, after `on_done` was
     /// handed its sizes).
     #[inline(always)]
-    pub(super) fn test(&self, idx: u32, on_done: impl FnOnce(&Done)) -> Result<bool> {
+    pub(super) fn test(&self, idx: u32, on_done: impl Fn(&Done) + Copy) -> Result<bool> {
         match &self.side {
             Side::Sender { core, .. } => {
                 let mut core = core.lock()?;
                 let done = self.test_with(&mut *core, idx, sender_completion, on_done);
                 core.unlock();
-                done
+                Ok(done? == Tested::Done)
             }
             Side::Receiver { core, mem, .. } => {
                 let mut core = self.lock(core)?;
-                let done = self.test_with(&mut *core, idx, receiver_completion(mem), on_done);
+                let tested = self.test_with(&mut *core, idx, receiver_completion(mem), on_done);
                 // Staged clear-to-send entries go out once the sender runs low (the poll
-                // above has just counted what it used).
-                if core.health.failure().is_none() {
-                    self.cts_due(mem, &mut core)?;
-                }
-                done
+                // above has just counted what it used). A quiet call changed neither what is
+                // staged (only `irecv` stages) nor what the sender holds (only a completion
+                // lowers it), and every call on the comm ends with this question answered:
+                // the answer is still "not due".
+                let due = if !matches!(tested, Ok(Tested::Quiet)) && core.health.failure().is_none()
+                {
+                    self.cts_due(mem, &mut core)
+                } else {
+                    Ok(())
+                };
+                core.unlock();
+                due?;
+                Ok(tested? == Tested::Done)
             }
         }
     }
+}
+
+/// What [`Comm::test_with`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tested {
+    /// Done: the request is freed and its sizes were handed on.
+    Done,
+    /// Not done; this call may have changed the comm (completions, a recovery step, a look).
+    Pending,
+    /// Not done, and nothing changed: every CQ was empty and the wait hook did nothing.
+    Quiet,
 }

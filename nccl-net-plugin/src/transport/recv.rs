@@ -1,7 +1,7 @@
 //! The receive side's verbs work: posting what the core decides for a receive (zero-length
 //! receives, staging its clear-to-send entries and the write when one is due), and flushes.
 
-use super::comm::{Comm, ReqHandle, Side};
+use super::comm::{Comm, ReceiverMem, ReqHandle, Side};
 use super::endpoint::FlushQp;
 use super::progress::{receiver_completion, retry_answer};
 use super::registration::{MemKind, MrHandle};
@@ -13,25 +13,20 @@ use ferro_proto::health::{FlushRefused, verdict};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain};
 
 impl Comm {
-    /// `irecv`: `Ok(None)` (a NULL request) when 32 receives are outstanding.
+    /// `irecv`: `Ok(None)` (a NULL request) when 32 receives are outstanding. Inlined into the
+    /// shim's `irecv` (one frame per call); the retry is out of line.
+    #[inline(always)]
     pub fn irecv(
         &self,
         bufs: &[RecvBuf],
         phandles: Phandles<'_>,
     ) -> Result<Option<*mut ReqHandle>> {
         let Side::Receiver { mem, core, .. } = &self.side else {
-            return Err(Error::Usage("irecv on a send comm".into()));
+            return Err(not_a_receiver());
         };
         let mut core = self.lock(core)?;
         let post = match core.irecv(bufs).map_err(|e| self.core_error(e))? {
-            RecvStep::Retry => {
-                // A retry waits for completions, which need the sender to have every entry.
-                if let Some(w) = core.cts_flush() {
-                    self.post_cts(mem, &mut core, &w)?;
-                }
-                let _ = self.on_wait(&mut *core, receiver_completion(mem));
-                return retry_answer(&*core);
-            }
+            RecvStep::Retry => return self.irecv_retry(mem, &mut core),
             RecvStep::Post(p) => p,
         };
         // A receive with no scatter entry: it only consumes the immediate. Its `wr_id` names
@@ -57,7 +52,23 @@ impl Comm {
             self.post_cts(mem, &mut core, w)?;
         }
         self.keep_staged(&core);
+        core.unlock();
         Ok(Some(self.req_ptr(post.req)))
+    }
+
+    /// A retried `irecv` (32 receives outstanding): it waits for completions, which need the
+    /// sender to have every entry, so everything staged is written first.
+    #[inline(never)]
+    fn irecv_retry(
+        &self,
+        mem: &ReceiverMem,
+        core: &mut RecvCore,
+    ) -> Result<Option<*mut ReqHandle>> {
+        if let Some(w) = core.cts_flush() {
+            self.post_cts(mem, core, &w)?;
+        }
+        let _ = self.on_wait(core, receiver_completion(mem));
+        retry_answer(core)
     }
 
     /// The receives of a group split over several QPs, past its first (posted by the caller).
@@ -153,4 +164,10 @@ impl Comm {
         }
         Ok(Some(self.req_ptr(req)))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_receiver() -> Error {
+    Error::Usage("irecv on a send comm".into())
 }

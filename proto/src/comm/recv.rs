@@ -266,9 +266,10 @@ impl RecvCore {
         }
     }
 
-    /// Posts a receive group of `bufs.len()` buffers (1 to [`MAX_RECVS`]). Inline: its one
-    /// caller on the data path then builds the answer in place instead of copying it out.
-    #[inline]
+    /// Posts a receive group of `bufs.len()` buffers (1 to [`MAX_RECVS`]). Inline (in each
+    /// version's `irecv` entry point): the caller then builds the answer in place instead of
+    /// copying it out.
+    #[inline(always)]
     pub fn irecv(&mut self, bufs: &[RecvBuf]) -> Result<RecvStep, CoreError> {
         if bufs.is_empty() || bufs.len() > MAX_RECVS {
             return Err(CoreError::Usage(format!(
@@ -335,7 +336,7 @@ impl RecvCore {
 
     /// The write the transport should post now on any call on the comm other than a
     /// successful `irecv`: the staged groups, once there are as many as the sender still holds.
-    #[inline]
+    #[inline(always)]
     pub fn cts_due(&mut self) -> Option<CtsWrite> {
         if self.staged() > 0 && self.staged() >= self.supply() {
             self.take_cts()
@@ -411,7 +412,7 @@ impl RecvCore {
     /// A completion of work posted before the last recovery (another epoch), or polled while
     /// the comm is stopped, is ignored: what the comm reported at its stop is the truth.
     /// Inline: it runs inside the poll of `test`, once per completion.
-    #[inline]
+    #[inline(always)]
     pub fn handle_completion(
         &mut self,
         wr_id: u64,
@@ -448,15 +449,17 @@ impl RecvCore {
                     return;
                 }
                 let n = usize::from(*n);
-                let sizes = if n == 1 {
-                    Done::one(*imm_sum).sizes
+                // One buffer (the common group): its size is the immediates' sum, no loop.
+                let (sizes, bytes) = if n == 1 {
+                    (Done::one(*imm_sum).sizes, u64::from(*imm_sum))
                 } else {
-                    read_sizes(*seq, n)
+                    let sizes = read_sizes(*seq, n);
+                    (sizes, sizes[..n].iter().map(|&s| u64::from(s)).sum::<u64>())
                 };
                 *done = Some(Done { sizes, n });
                 self.posted -= 1;
                 self.health.counters.messages += n as u64;
-                self.health.counters.bytes += sizes[..n].iter().map(|&s| u64::from(s)).sum::<u64>();
+                self.health.counters.bytes += bytes;
             }
             WrId::Flush { req } => {
                 if let Some(RecvReq::Flush { remaining, .. }) = self.reqs.get_mut(req) {
@@ -481,17 +484,44 @@ impl RecvCore {
     /// `test`: the request's result when it is done (the request is then freed).
     #[inline]
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
-        // Matched in place: a request still pending (the common answer while waiting) is not
-        // copied out of the table.
-        let done = match self.reqs.in_flight_mut(req)? {
-            RecvReq::Recv { done: None, .. } => return Ok(None),
+        self.reqs.in_flight_mut(req)?;
+        Ok(self.take_ready(req))
+    }
+
+    /// The request's result if it is in flight and done (it is then freed), in one look-up:
+    /// what a `test` whose poll found completions asks. `None` for a request still pending,
+    /// and for one not in flight (which `take_done` reports as an error).
+    #[inline]
+    pub fn take_ready(&mut self, req: u32) -> Option<Done> {
+        self.reqs.take_if(req, |r| match r {
             RecvReq::Recv { done, .. } => *done,
             RecvReq::Flush { remaining, .. } => (*remaining == 0).then_some(Done::NOTHING),
+        })
+    }
+
+    /// [`RecvCore::take_ready`], handing the result to `on_done` where it lies (no copy of
+    /// it through the callers): whether the request was done (and is now freed).
+    #[inline(always)]
+    pub fn take_ready_with(&mut self, req: u32, on_done: impl FnOnce(&Done)) -> bool {
+        // Inline (a call per finished request otherwise).
+        let ready = {
+            #[inline(always)]
+            |r: &RecvReq| match r {
+                RecvReq::Recv { done: Some(d), .. } => {
+                    on_done(d);
+                    true
+                }
+                RecvReq::Recv { done: None, .. } => false,
+                RecvReq::Flush { remaining, .. } => {
+                    if *remaining != 0 {
+                        return false;
+                    }
+                    on_done(&Done::NOTHING);
+                    true
+                }
+            }
         };
-        if done.is_some() {
-            self.reqs.release(req);
-        }
-        Ok(done)
+        self.reqs.free_if(req, ready)
     }
 
     /// `test` of request `req` after the last poll ([`super::test_outcome`]): done (and freed)

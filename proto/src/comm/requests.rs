@@ -37,10 +37,14 @@ impl<S> RequestTable<S> {
     }
 
     /// Takes a free slot for `state`.
+    #[inline(always)]
     pub fn alloc(&mut self, state: S) -> Result<u32, CoreError> {
-        let idx = self.free.pop().ok_or(CoreError::TableFull {
-            capacity: self.slots.len(),
-        })?;
+        // Not `ok_or`: the error would be built (and dropped) on every call.
+        let Some(idx) = self.free.pop() else {
+            return Err(CoreError::TableFull {
+                capacity: self.slots.len(),
+            });
+        };
         self.slots[idx as usize] = Some(state);
         Ok(idx)
     }
@@ -59,6 +63,36 @@ impl<S> RequestTable<S> {
     #[inline]
     pub fn in_flight_mut(&mut self, idx: u32) -> Result<&mut S, CoreError> {
         self.get_mut(idx).ok_or(CoreError::NotInFlight { idx })
+    }
+
+    /// `f`'s answer for the state of slot `idx` when it is in flight; when that answer is
+    /// `Some`, the slot is freed in the same look-up (a request that `test` finds done).
+    #[inline(always)]
+    pub fn take_if<R>(&mut self, idx: u32, f: impl FnOnce(&S) -> Option<R>) -> Option<R> {
+        let slot = self.slots.get_mut(idx as usize)?;
+        let r = f(slot.as_ref()?)?;
+        *slot = None;
+        self.free.push(idx);
+        Some(r)
+    }
+
+    /// Whether `f` answers yes for the state of slot `idx` when it is in flight; the slot is
+    /// then freed in the same look-up. `f` reads the state in place (a finished request's
+    /// result is handed on from where it lies, not copied out first).
+    #[inline(always)]
+    pub fn free_if(&mut self, idx: u32, f: impl FnOnce(&S) -> bool) -> bool {
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return false;
+        };
+        let Some(state) = slot.as_ref() else {
+            return false;
+        };
+        if !f(state) {
+            return false;
+        }
+        *slot = None;
+        self.free.push(idx);
+        true
     }
 
     /// Frees a slot; the state it held is returned.
@@ -102,6 +136,40 @@ mod tests {
         assert_eq!(t.release(a), None, "a second release finds nothing");
         assert_eq!(t.alloc('d').unwrap(), a);
         assert_eq!(t.in_flight(), 2);
+    }
+
+    #[test]
+    fn take_if_frees_the_slot_only_when_the_answer_is_some() {
+        let mut t = RequestTable::new(2);
+        let a = t.alloc(1u8).unwrap();
+        assert_eq!(t.take_if(a, |&v| (v == 2).then_some(v)), None);
+        assert_eq!(t.in_flight(), 1, "a None answer keeps the request");
+        assert_eq!(t.take_if(a, |&v| (v == 1).then_some(v)), Some(1));
+        assert_eq!(t.in_flight(), 0);
+        assert_eq!(t.take_if(a, |&v| Some(v)), None, "a free slot answers None");
+        assert_eq!(
+            t.take_if(99, |&v| Some(v)),
+            None,
+            "so does one out of range"
+        );
+        assert_eq!(t.alloc(3).unwrap(), a, "the freed slot is reused");
+    }
+
+    #[test]
+    fn free_if_frees_the_slot_only_when_the_answer_is_yes() {
+        let mut t = RequestTable::new(2);
+        let a = t.alloc(1u8).unwrap();
+        assert!(!t.free_if(a, |&v| v == 2));
+        assert_eq!(t.in_flight(), 1, "a no keeps the request");
+        let mut seen = 0;
+        assert!(t.free_if(a, |&v| {
+            seen = v;
+            v == 1
+        }));
+        assert_eq!((seen, t.in_flight()), (1, 0));
+        assert!(!t.free_if(a, |_| true), "a free slot answers no");
+        assert!(!t.free_if(99, |_| true), "so does one out of range");
+        assert_eq!(t.alloc(3).unwrap(), a, "the freed slot is reused");
     }
 
     #[test]

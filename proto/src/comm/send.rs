@@ -529,6 +529,14 @@ impl SendCore {
         self.reqs.get(req).is_some_and(|s| !s.done)
     }
 
+    /// The request's result if it is in flight and done (it is then freed), in one look-up:
+    /// what a `test` whose poll found completions asks first. `None` otherwise.
+    #[inline(always)]
+    pub fn take_ready(&mut self, req: u32) -> Option<Done> {
+        self.reqs
+            .take_if(req, |s| s.done.then(|| Done::one(s.size)))
+    }
+
     /// `test`: the request's result when it is done (the request is then freed).
     #[inline]
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {

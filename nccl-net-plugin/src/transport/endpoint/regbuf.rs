@@ -84,7 +84,7 @@ impl RegBuf {
     }
 
     /// Stores `N` `u64` words at `off`, little-endian ([`ferro_verbs::VolatileRegion::write_words`]).
-    #[inline]
+    #[inline(always)]
     pub(in crate::transport) fn write_words<const N: usize>(&self, off: usize, words: &[u64; N]) {
         self.buf.volatile().write_words(off, words);
     }

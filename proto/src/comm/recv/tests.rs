@@ -153,6 +153,45 @@ fn finish(c: &mut RecvCore, p: &PostRecv) {
 }
 
 #[test]
+fn take_ready_frees_a_finished_receive_or_flush_and_leaves_anything_else() {
+    let mut c = RecvCore::new(QpLayout::one_device(1, false));
+    let p = post(&mut c, 1);
+    assert_eq!(c.take_ready(p.req), None, "pending");
+    assert!(c.is_pending(p.req), "and still in flight");
+    c.handle_completion(p.recv_wr_id(), 9, |_, _| unreachable!());
+    assert_eq!(c.take_ready(p.req), Some(Done::one(9)));
+    assert_eq!(c.take_ready(p.req), None, "freed once");
+    assert_eq!(
+        c.take_done(p.req),
+        Err(CoreError::NotInFlight { idx: p.req })
+    );
+    let f = c.begin_flush(1).unwrap();
+    assert_eq!(c.take_ready(f), None);
+    c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
+    assert_eq!(c.take_ready(f), Some(Done::NOTHING));
+    assert_eq!(c.take_ready(RECV_REQS as u32 + 5), None, "out of range");
+}
+
+#[test]
+fn take_ready_with_hands_a_finished_result_on_in_place_and_frees_it_once() {
+    let mut c = RecvCore::new(QpLayout::one_device(1, false));
+    let p = post(&mut c, 1);
+    let mut got = None;
+    assert!(!c.take_ready_with(p.req, |d| got = Some(*d)), "pending");
+    assert_eq!(got, None, "nothing handed on while pending");
+    c.handle_completion(p.recv_wr_id(), 9, |_, _| unreachable!());
+    assert!(c.take_ready_with(p.req, |d| got = Some(*d)));
+    assert_eq!(got, Some(Done::one(9)));
+    assert!(!c.take_ready_with(p.req, |_| unreachable!()), "freed once");
+    let f = c.begin_flush(1).unwrap();
+    assert!(!c.take_ready_with(f, |_| unreachable!()));
+    c.handle_completion(RecvCore::flush_wr_id(f), 0, |_, _| unreachable!());
+    assert!(c.take_ready_with(f, |d| got = Some(*d)));
+    assert_eq!(got, Some(Done::NOTHING));
+    assert!(!c.take_ready_with(RECV_REQS as u32 + 5, |_| unreachable!()));
+}
+
+#[test]
 fn a_receive_on_an_idle_comm_is_announced_at_once() {
     let mut c = RecvCore::new(QpLayout::one_device(1, false));
     let p = post(&mut c, 2);

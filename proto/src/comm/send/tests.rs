@@ -265,10 +265,15 @@ fn requests_are_done_when_every_qp_of_their_group_completed() {
     for q in 0..4 {
         assert!(c.is_pending(req), "after {q} of 4 QPs");
         assert_eq!(c.take_done(req), Ok(None), "after {q} of 4 QPs");
+        assert_eq!(c.take_ready(req), None, "after {q} of 4 QPs");
         c.handle_completion(WrId::Send { seq: group.seq }.encode());
     }
     assert!(!c.is_pending(req), "done, not pending");
-    assert_eq!(c.take_done(req), Ok(Some(Done::one(4096))));
+    assert_eq!(
+        c.take_ready(req),
+        Some(Done::one(4096)),
+        "taken in one look-up"
+    );
     assert!(!c.is_pending(req), "gone, not pending");
     assert_eq!(
         c.take_done(req),
