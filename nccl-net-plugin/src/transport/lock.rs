@@ -66,27 +66,24 @@ impl<T> CoreLock<T> {
     /// Takes the lock, waiting (spinning, then yielding) while another call holds it.
     #[inline]
     pub(super) fn lock(&self) -> Result<CoreGuard<'_, T>, Broken> {
-        if !self.take() {
+        if self.take().is_err() {
             self.wait()?;
         }
         Ok(self.guard())
     }
 
-    /// One attempt to take the lock: `true` when this call now holds it.
+    /// One attempt to take the lock: `Ok` when this call now holds it, else the word found
+    /// (held by another call, or broken).
     #[inline(always)]
-    fn take(&self) -> bool {
+    fn take(&self) -> Result<u8, u8> {
         self.state
             .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
     }
 
     /// Takes the lock if it is free now.
     #[inline]
     pub(super) fn try_lock(&self) -> Result<CoreGuard<'_, T>, TryLockError> {
-        match self
-            .state
-            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
-        {
+        match self.take() {
             Ok(_) => Ok(self.guard()),
             Err(BROKEN) => Err(TryLockError::Broken),
             Err(_) => Err(TryLockError::WouldBlock),
@@ -100,7 +97,7 @@ impl<T> CoreLock<T> {
         loop {
             match self.state.load(Ordering::Relaxed) {
                 BROKEN => return Err(Broken),
-                FREE if self.take() => return Ok(()),
+                FREE if self.take().is_ok() => return Ok(()),
                 _ => {}
             }
             if spins < 64 {
