@@ -96,16 +96,27 @@ impl Comm {
                 Ok(Some(self.req_ptr(req)))
             }
             SendStep::Post { req } => {
-                let group = core.ready_group();
                 // NCCL_IB_USE_INLINE: a payload of up to one clear-to-send entry's size (the QPs'
                 // inline room) may be copied into the work request by the CPU at post time, so
                 // only a lone send from host memory qualifies.
-                let inline_ok =
-                    group.items().len() == 1 && mh.is_none_or(|m| m.kind() == MemKind::Host);
+                let from_host = mh.is_none_or(|m| m.kind() == MemKind::Host);
                 let (mut posts, mut apart) = (0, 0);
-                let posted = self.post_group(mem, &group, inline_ok, &mut posts, &mut apart);
+                let posted = match core.lone_write() {
+                    // The common group, one write the core laid out on its straight path:
+                    // posted as it is, on the stack, without the planner.
+                    Some((w, wr_id)) => {
+                        let posted = self.post_one(&w, wr_id, from_host);
+                        posts = u64::from(posted.is_ok());
+                        posted
+                    }
+                    None => {
+                        let group = core.ready_group();
+                        let inline_ok = group.items().len() == 1 && from_host;
+                        self.post_group(mem, &group, inline_ok, &mut posts, &mut apart)
+                    }
+                };
                 if posted.is_ok() {
-                    crate::profiler::on_send_posted(self, req, phandle, &group);
+                    crate::profiler::on_send_posted(self, req, phandle, || core.ready_group());
                 }
                 core.health.counters.send_posts += posts;
                 core.health.counters.immediates_apart += apart;

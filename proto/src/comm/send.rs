@@ -34,7 +34,7 @@ use super::wr_id::{self, WrId};
 use super::{CommHealth, CoreError, Done, Failure};
 use crate::Keys;
 use crate::fifo::{self, CtsEntry};
-use crate::plan::{AdaptiveRouting, QpLayout, SendItem};
+use crate::plan::{AdaptiveRouting, QpLayout, SendItem, Write};
 use crate::recovery::Recovery;
 use crate::{MAX_RECVS, SLOTS};
 use std::ops::Range;
@@ -148,6 +148,9 @@ struct GroupBuf {
     taken: [bool; MAX_RECVS],
     /// Entries not taken yet (`n` minus the `true`s of `taken`).
     left: usize,
+    /// The group, once complete, is one write with its immediate on one QP of a physical
+    /// device (taken by the straight path of [`SendCore::isend`]; see [`SendCore::lone_write`]).
+    lone: bool,
 }
 
 /// Signaled writes still outstanding for the group that last used a slot, and its sends (kept
@@ -210,6 +213,12 @@ pub struct SendCore {
     peer_state_applied: bool,
     /// The work requests each QP's send queue holds for groups not yet delivered.
     room: Room,
+    /// Whether every group uses one QP, `seq % nqps`, between two physical devices (member
+    /// keys at index 0): a group of one buffer may then take the straight path.
+    straight: bool,
+    /// The largest buffer that goes as one write carrying its immediate (within the write
+    /// limit and not under adaptive routing), as [`SendCore::set_plan`] was given.
+    lone_max: u32,
 }
 
 impl SendCore {
@@ -226,6 +235,7 @@ impl SendCore {
                 n: 0,
                 taken: [false; MAX_RECVS],
                 left: 0,
+                lone: false,
             },
             open: false,
             inflight: [IDLE; SLOTS],
@@ -236,6 +246,10 @@ impl SendCore {
             recovery: Recovery::default(),
             peer_state_applied: false,
             room: Room::new(layout.nqps),
+            straight: layout.local_devs == 1
+                && layout.remote_devs == 1
+                && (!layout.split || layout.nqps <= 1),
+            lone_max: lone_max(crate::plan::MIN_WRITE_LIMIT, AdaptiveRouting::OFF),
         }
     }
 
@@ -243,6 +257,7 @@ impl SendCore {
     /// bytes per write, lone buffers under `ar` (given when the comm is created).
     pub fn set_plan(&mut self, max_write: u32, ar: AdaptiveRouting) {
         self.room.set_plan(max_write, ar);
+        self.lone_max = lone_max(max_write, ar);
     }
 
     /// Work requests QP `q`'s send queue holds for groups not yet delivered.
@@ -285,6 +300,18 @@ impl SendCore {
                 return Ok(self.retry(wait));
             }
             self.open = true;
+        }
+        let g = &self.cur;
+        if g.n == 1 && self.straight && g.tags[0] == tag && !g.taken[0] {
+            let capacity = g.caps[0];
+            if size > capacity && self.oversize == Oversize::Refuse {
+                let gseq = g.seq;
+                return Err(self.refuse_oversize(tag, size, capacity, gseq));
+            }
+            let len = size.min(capacity);
+            if len != 0 && len <= self.lone_max {
+                return self.isend_lone(tag, size, capacity, addr, lkeys);
+            }
         }
         let g = &self.cur;
         let Some(i) = fifo::find_buffer(&g.tags[..g.n], &g.taken[..g.n], tag) else {
@@ -343,8 +370,109 @@ impl SendCore {
         g.qps = (qps.start, qps.end);
         // The send that completes the group ran `full_qp_of` on these same items above.
         f.held_on = self.room.take_counted_of(qps);
+        g.lone = false;
         self.seq += 1;
         Ok(SendStep::Post { req })
+    }
+
+    /// The straight path of [`SendCore::isend`]: the send matches the open group's one buffer
+    /// (`capacity` bytes), on a comm whose groups use one QP between physical devices, and its
+    /// `size`, truncated to the buffer, is one write with its immediate. The same state and
+    /// answer as the general path (which its tests compare with), without the planner: the
+    /// group's QP is `seq % nqps`, it holds one work request there.
+    #[inline(always)]
+    fn isend_lone(
+        &mut self,
+        tag: i32,
+        size: u32,
+        capacity: u32,
+        addr: u64,
+        lkeys: &Keys,
+    ) -> Result<SendStep, CoreError> {
+        let gseq = self.cur.seq;
+        let nqps = self.layout.nqps;
+        let q = if nqps <= 1 {
+            0
+        } else {
+            (gseq % nqps as u64) as usize
+        };
+        if !self.room.take_one(q) {
+            return Ok(self.retry(SendWait::QueueFull { seq: gseq, qp: q }));
+        }
+        let len = if size > capacity {
+            self.note_truncation(tag, gseq, size, capacity);
+            capacity
+        } else {
+            size
+        };
+        let req = match self.reqs.alloc(SendReq {
+            size: len,
+            done: false,
+        }) {
+            Ok(req) => req,
+            Err(e) => {
+                self.room.give_back_held((q, 1));
+                return Err(e);
+            }
+        };
+        let c = &mut self.health.counters;
+        c.messages += 1;
+        c.bytes += u64::from(len);
+        c.requests += 1;
+        self.last_wait = None;
+        let g = &mut self.cur;
+        g.taken[0] = true;
+        g.left = 0;
+        g.qps = (q, q + 1);
+        g.lone = true;
+        self.open = false;
+        let f = &mut self.inflight[slot(gseq)];
+        let item = &mut f.items[0];
+        item.addr = addr;
+        item.lkeys = *lkeys;
+        item.size = len;
+        f.reqs[0] = req;
+        f.seq = gseq;
+        f.remaining = 1;
+        f.n = 1;
+        f.replay = 0;
+        f.held_on = Some((q, 1));
+        self.seq += 1;
+        Ok(SendStep::Post { req })
+    }
+
+    /// The same core without the straight path of [`SendCore::isend`] (what its tests compare
+    /// with): every group goes through the general path.
+    #[cfg(test)]
+    fn general_only(mut self) -> SendCore {
+        self.straight = false;
+        self
+    }
+
+    /// The group the last [`SendStep::Post`] completed, when the straight path took it: its
+    /// one write (with its immediate, the keys of the physical devices) and the write's
+    /// `wr_id`, the whole of what [`SendCore::ready_group`]'s plan would post; `None` for a
+    /// group to plan in full. Valid until the next `isend`.
+    #[inline]
+    pub fn lone_write(&self) -> Option<(Write, u64)> {
+        let g = &self.cur;
+        if !g.lone {
+            return None;
+        }
+        let it = &self.inflight[slot(g.seq)].items[0];
+        let w = Write {
+            qp: g.qps.0,
+            local_addr: it.addr,
+            lkey: it.lkeys[0],
+            len: it.size,
+            remote_addr: it.remote_addr,
+            rkey: it.rkeys[0],
+            imm: Some(it.size),
+        };
+        Some((
+            w,
+            WrId::Send { seq: g.seq }.encode_in(self.recovery.epoch()),
+        ))
     }
 
     /// A v7 comm's refusal of a send larger than its buffer: the comm fails.
@@ -592,6 +720,12 @@ impl SendCore {
 #[inline(never)]
 fn failed(f: &Failure) -> CoreError {
     CoreError::Failed(f.clone())
+}
+
+/// The largest lone buffer that goes as one write with its immediate: within `max_write`, and
+/// not over the adaptive routing threshold when that is on.
+fn lone_max(max_write: u32, ar: AdaptiveRouting) -> u32 {
+    ar.threshold().map_or(max_write, |t| t.min(max_write))
 }
 
 fn slot(seq: u64) -> usize {
