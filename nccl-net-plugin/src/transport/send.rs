@@ -82,7 +82,14 @@ impl Comm {
             _ => &NO_KEYS,
         };
         let failed_before = core.health.failure().is_some();
-        let step = match core.isend(tag, size, data, lkeys, |seq, i| read_entry(mem, seq, i)) {
+        let step = match core.isend(
+            tag,
+            size,
+            data,
+            lkeys,
+            #[inline(always)]
+            |seq, i| read_entry(mem, seq, i),
+        ) {
             Ok(step) => step,
             Err(e) => return Err(self.isend_refused(failed_before, e)),
         };
@@ -296,8 +303,9 @@ fn entry_arrived(mem: &SenderMem, seq: u64, i: usize) -> bool {
 /// ([`CtsEntry::decode_words`]: its sequence word and its check). Read whole at once, with no
 /// look at the sequence word alone first: the core opens a group under the lock, which a
 /// retried `isend` only takes once that look (`super::send_cell::SendCell`) found the group's
-/// first entry there (or for the periodic look).
-#[inline]
+/// first entry there (or for the periodic look). Inlined into both of the core's readers (the
+/// straight path's and the general one's): a call would return the entry through memory.
+#[inline(always)]
 fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
     let off = fifo::entry_offset(seq, i);
     let e = CtsEntry::decode_words(&mem.fifo.read_words::<ENTRY_WORDS>(off), seq);

@@ -296,6 +296,11 @@ impl SendCore {
             return Ok(self.retry(SendWait::Recovering { epoch }));
         }
         if !self.open {
+            if self.straight {
+                if let Some(step) = self.open_lone(tag, size, addr, lkeys, &mut read_entry) {
+                    return step;
+                }
+            }
             if let Err(wait) = self.open_group(&mut read_entry) {
                 return Ok(self.retry(wait));
             }
@@ -375,9 +380,47 @@ impl SendCore {
         Ok(SendStep::Post { req })
     }
 
-    /// The straight path of [`SendCore::isend`]: the send matches the open group's one buffer
-    /// (`capacity` bytes), on a comm whose groups use one QP between physical devices, and its
-    /// `size`, truncated to the buffer, is one write with its immediate. The same state and
+    /// The straight path of [`SendCore::isend`] for a group not open yet: the head group, read
+    /// from its first FIFO entry, is one buffer that this send matches and fills in one write
+    /// with its immediate, with room on its QP: it is opened, matched and completed at once,
+    /// without filling the open group's matching state (nothing reads it once the group is
+    /// complete). `None` (nothing changed) for anything else, which the general path answers.
+    #[inline(always)]
+    fn open_lone(
+        &mut self,
+        tag: i32,
+        size: u32,
+        addr: u64,
+        lkeys: &Keys,
+        read_entry: &mut impl FnMut(u64, usize) -> Option<CtsEntry>,
+    ) -> Option<Result<SendStep, CoreError>> {
+        let seq = self.seq;
+        if self.inflight[slot(seq)].remaining > 0 {
+            return None;
+        }
+        let e = read_entry(seq, 0)?;
+        if e.nreqs != 1 || e.tag != tag || (size > e.size && self.oversize == Oversize::Refuse) {
+            return None;
+        }
+        let len = size.min(e.size);
+        if len == 0 || len > self.lone_max {
+            return None;
+        }
+        let q = self.lone_qp(seq);
+        if !self.room.take_one(q) {
+            return None;
+        }
+        let item = &mut self.inflight[slot(seq)].items[0];
+        item.remote_addr = e.addr;
+        item.rkeys = e.rkeys;
+        self.cur.seq = seq;
+        self.cur.n = 1;
+        Some(self.post_lone(q, tag, size, e.size, addr, lkeys))
+    }
+
+    /// The straight path of [`SendCore::isend`] for the open group: the send matches its one
+    /// buffer (`capacity` bytes), on a comm whose groups use one QP between physical devices, and
+    /// its `size`, truncated to the buffer, is one write with its immediate. The same state and
     /// answer as the general path (which its tests compare with), without the planner: the
     /// group's QP is `seq % nqps`, it holds one work request there.
     #[inline(always)]
@@ -390,15 +433,38 @@ impl SendCore {
         lkeys: &Keys,
     ) -> Result<SendStep, CoreError> {
         let gseq = self.cur.seq;
-        let nqps = self.layout.nqps;
-        let q = if nqps <= 1 {
-            0
-        } else {
-            (gseq % nqps as u64) as usize
-        };
+        let q = self.lone_qp(gseq);
         if !self.room.take_one(q) {
             return Ok(self.retry(SendWait::QueueFull { seq: gseq, qp: q }));
         }
+        self.post_lone(q, tag, size, capacity, addr, lkeys)
+    }
+
+    /// The QP of group `seq` on a comm of the straight path.
+    #[inline(always)]
+    fn lone_qp(&self, seq: u64) -> usize {
+        let nqps = self.layout.nqps;
+        if nqps <= 1 {
+            0
+        } else {
+            (seq % nqps as u64) as usize
+        }
+    }
+
+    /// The straight path past its room check (one work request held on QP `q`): the request
+    /// taken, the group (`cur.seq`, whose buffer's remote side is in its slot) completed and
+    /// recorded in flight.
+    #[inline(always)]
+    fn post_lone(
+        &mut self,
+        q: usize,
+        tag: i32,
+        size: u32,
+        capacity: u32,
+        addr: u64,
+        lkeys: &Keys,
+    ) -> Result<SendStep, CoreError> {
+        let gseq = self.cur.seq;
         let len = if size > capacity {
             self.note_truncation(tag, gseq, size, capacity);
             capacity
@@ -420,9 +486,9 @@ impl SendCore {
         c.bytes += u64::from(len);
         c.requests += 1;
         self.last_wait = None;
+        // The group closes: its matching state (`taken`, `left`) is not read again before the
+        // next group opens and resets it.
         let g = &mut self.cur;
-        g.taken[0] = true;
-        g.left = 0;
         g.qps = (q, q + 1);
         g.lone = true;
         self.open = false;
@@ -595,9 +661,8 @@ impl SendCore {
         if self.inflight[slot(seq)].remaining > 0 {
             return Err(SendWait::SlotBusy { seq });
         }
-        // One call site of `read_entry` (the transport's reader is then inlined here), each
-        // entry decoded straight into the group and the slot's items; the first says how many
-        // there are.
+        // One call site of `read_entry` here (beside the straight path's), each entry decoded
+        // straight into the group and the slot's items; the first says how many there are.
         let (g, items) = (&mut self.cur, &mut self.inflight[slot(seq)].items);
         let (mut i, mut n, mut nreqs) = (0, 1, 0);
         while i < n {
