@@ -645,7 +645,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
 
 /// The group the last post wrote, as the transport writes it: the straight path's one write,
 /// or the general plan of the core's ready group; with the group's `wr_id`.
-fn written(c: &SendCore, max_write: u32, ar: AdaptiveRouting) -> (Vec<Write>, u64) {
+fn written(c: &SendCore, max_write: u32, ar: AdaptiveRouting) -> (Vec<crate::plan::Write>, u64) {
     if let Some((w, wr_id)) = c.lone_write() {
         return (vec![w], wr_id);
     }
