@@ -167,7 +167,7 @@ impl Endpoint {
     }
 
     /// The QP that carries QP `q`'s work now: its own, or its stand-in on another member.
-    #[inline]
+    #[inline(always)]
     pub(super) fn qp(&self, q: usize) -> &Qp {
         if self.local_down.load(Ordering::Relaxed) == 0 {
             // No member of this side is down: every QP runs on its home member.
