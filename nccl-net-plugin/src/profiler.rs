@@ -441,12 +441,18 @@ pub fn on_send_matched(comm: &impl EventSource, req: u32, ph: *mut c_void) {
     }
 }
 
-/// `isend` of send request `req` completed `group`, whose writes were posted. `ph` is the
-/// profiler handle NCCL passed with it (NULL: none).
+/// `isend` of send request `req` completed the group `group` gives (asked for only when a
+/// profiler is attached), whose writes were posted. `ph` is the profiler handle NCCL passed
+/// with it (NULL: none).
 #[inline]
-pub fn on_send_posted(comm: &impl EventSource, req: u32, ph: *mut c_void, group: &ReadyGroup<'_>) {
+pub fn on_send_posted<'a>(
+    comm: &impl EventSource,
+    req: u32,
+    ph: *mut c_void,
+    group: impl FnOnce() -> ReadyGroup<'a>,
+) {
     if let Some(cb) = callback() {
-        send_posted(comm, req, ph as usize, group, cb);
+        send_posted(comm, req, ph as usize, &group(), cb);
     }
 }
 

@@ -183,14 +183,15 @@ impl Qp {
         imm: Option<u32>,
         flags: wr::SendFlags,
     ) -> Result<()> {
-        let mut one = wr::LoneWrite::new(wr_id, local, remote, imm, flags);
-        let head = one.link(self.max_inline);
-        // SAFETY: live QP. `head` is the request just linked inside `one`, which stays on this
-        // frame, unchanged, until the provider returns; the provider copies the request (an
-        // inline payload included) before returning. The local entry, if any, comes from
-        // `Sge::from_raw` or a live `Mr` (as for `Qp::post`), whose maker vouched for its
-        // registration; a remote address reaches only what the peer registered under its key.
-        unsafe { ops::post_send(self.as_ptr(), head) }
+        wr::with_lone_write(wr_id, local, remote, imm, flags, self.max_inline, |head| {
+            // SAFETY: live QP. `head` is the request just built on `with_lone_write`'s frame,
+            // with its scatter entry beside it, both unchanged until the provider returns; the
+            // provider copies the request (an inline payload included) before returning. The
+            // local entry, if any, comes from `Sge::from_raw` or a live `Mr` (as for
+            // `Qp::post`), whose maker vouched for its registration; a remote address reaches
+            // only what the peer registered under its key.
+            unsafe { ops::post_send(self.as_ptr(), head) }
+        })
     }
 
     /// Posts one receive with no scatter entry: it only consumes an immediate (a write with

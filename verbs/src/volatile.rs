@@ -97,8 +97,9 @@ impl<'a> VolatileRegion<'a> {
 
     /// A volatile copy of the `N` little-endian `u64` words at `off`, as whole 8-byte loads when
     /// the address is 8-byte aligned (the bytes of [`VolatileRegion::read`] of `8 * N` bytes,
-    /// taken as words, with no byte shuffling on the way).
-    #[inline]
+    /// taken as words, with no byte shuffling on the way). Always inlined: a call would hand the
+    /// words back through memory (the sender reads a clear-to-send entry with it per message).
+    #[inline(always)]
     pub fn read_words<const N: usize>(&self, off: usize) -> [u64; N] {
         let base = self.at(off, 8 * N);
         let mut out = [0u64; N];

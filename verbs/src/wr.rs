@@ -353,28 +353,57 @@ impl<S: Store> SendChain<S> {
     }
 }
 
-/// One RDMA write alone, without a chain (the common post of a send path): built and linked
-/// where it lies, by [`Qp::post_write`](crate::Qp::post_write).
-pub(crate) struct LoneWrite(WrSlot);
-
-impl LoneWrite {
-    /// As [`SendChain::rdma_write`] into an empty chain.
-    #[inline]
-    pub(crate) fn new(
-        wr_id: u64,
-        local: Option<Sge>,
-        remote: RemoteAddr,
-        imm: Option<u32>,
-        flags: SendFlags,
-    ) -> LoneWrite {
-        LoneWrite(WrSlot::rdma_write(wr_id, local, remote, imm, flags))
-    }
-
-    /// As [`SendChain::link`] of a chain of this one request.
-    #[inline]
-    pub(crate) fn link(&mut self, inline_room: u32) -> *mut ibv_send_wr {
-        self.0.link(core::ptr::null_mut(), inline_room)
-    }
+/// One RDMA write alone, without a chain (the common post of a send path): the request and its
+/// scatter entry built once, field by field, on this frame (no slot filled then moved and
+/// linked), then handed to `post` (by [`Qp::post_write`](crate::Qp::post_write)). The same
+/// request as [`SendChain::rdma_write`] into an empty chain linked with `inline_room`.
+#[inline(always)]
+pub(crate) fn with_lone_write<R>(
+    wr_id: u64,
+    local: Option<Sge>,
+    remote: RemoteAddr,
+    imm: Option<u32>,
+    flags: SendFlags,
+    inline_room: u32,
+    post: impl FnOnce(*mut ibv_send_wr) -> R,
+) -> R {
+    let mut sge = match local {
+        Some(s) if s.len > 0 => ibv_sge {
+            addr: s.addr,
+            length: s.len,
+            lkey: s.lkey,
+        },
+        _ => ibv_sge::default(),
+    };
+    let has_sge = sge.length > 0;
+    let inline = flags.inline && has_sge && sge.length <= inline_room;
+    let mut wr = ibv_send_wr {
+        wr_id,
+        next: core::ptr::null_mut(),
+        sg_list: if has_sge {
+            &mut sge
+        } else {
+            core::ptr::null_mut()
+        },
+        num_sge: core::ffi::c_int::from(has_sge),
+        opcode: if imm.is_some() {
+            IBV_WR_RDMA_WRITE_WITH_IMM
+        } else {
+            IBV_WR_RDMA_WRITE
+        },
+        send_flags: (if flags.signaled { IBV_SEND_SIGNALED } else { 0 })
+            | (if inline { IBV_SEND_INLINE } else { 0 }),
+        imm_data: imm.unwrap_or(0).to_be(),
+        wr: ibv_send_wr_wr {
+            rdma: ibv_rdma_info {
+                remote_addr: remote.addr,
+                rkey: remote.rkey,
+            },
+        },
+        qp_type_xrc_remote_srqn: 0,
+        _tail: [0; 6],
+    };
+    post(&mut wr)
 }
 
 /// A receive with no scatter entry, alone in its chain: it only consumes an immediate.

@@ -82,7 +82,14 @@ impl Comm {
             _ => &NO_KEYS,
         };
         let failed_before = core.health.failure().is_some();
-        let step = match core.isend(tag, size, data, lkeys, |seq, i| read_entry(mem, seq, i)) {
+        let step = match core.isend(
+            tag,
+            size,
+            data,
+            lkeys,
+            #[inline(always)]
+            |seq, i| read_entry(mem, seq, i),
+        ) {
             Ok(step) => step,
             Err(e) => return Err(self.isend_refused(failed_before, e)),
         };
@@ -96,26 +103,41 @@ impl Comm {
                 Ok(Some(self.req_ptr(req)))
             }
             SendStep::Post { req } => {
-                let group = core.ready_group();
                 // NCCL_IB_USE_INLINE: a payload of up to one clear-to-send entry's size (the QPs'
                 // inline room) may be copied into the work request by the CPU at post time, so
                 // only a lone send from host memory qualifies.
-                let inline_ok =
-                    group.items().len() == 1 && mh.is_none_or(|m| m.kind() == MemKind::Host);
-                let (mut posts, mut apart) = (0, 0);
-                let posted = self.post_group(mem, &group, inline_ok, &mut posts, &mut apart);
-                if posted.is_ok() {
-                    crate::profiler::on_send_posted(self, req, phandle, &group);
+                let from_host = mh.is_none_or(|m| m.kind() == MemKind::Host);
+                match core.lone_write() {
+                    // The common group, one write the core laid out on its straight path:
+                    // posted as it is, on the stack, without the planner.
+                    Some((w, wr_id)) => match self.post_one(&w, wr_id, from_host) {
+                        Ok(()) => core.health.counters.send_posts += 1,
+                        Err(e) => return Err(send_post_failed(core, e)),
+                    },
+                    None => self.post_ready_group(mem, core, from_host)?,
                 }
-                core.health.counters.send_posts += posts;
-                core.health.counters.immediates_apart += apart;
-                if let Err(e) = posted {
-                    core.health.fail(Failure::system(e.to_string()));
-                    return Err(e);
-                }
+                crate::profiler::on_send_posted(self, req, phandle, || core.ready_group());
                 Ok(Some(self.req_ptr(req)))
             }
         }
+    }
+
+    /// The group the core completed, planned and posted in full (the general path): what was
+    /// posted is counted; a failed post fails the comm.
+    #[inline(never)]
+    fn post_ready_group(
+        &self,
+        mem: &SenderMem,
+        core: &mut SendCore,
+        from_host: bool,
+    ) -> Result<()> {
+        let (mut posts, mut apart) = (0, 0);
+        let group = core.ready_group();
+        let inline_ok = group.items().len() == 1 && from_host;
+        let posted = self.post_group(mem, &group, inline_ok, &mut posts, &mut apart);
+        core.health.counters.send_posts += posts;
+        core.health.counters.immediates_apart += apart;
+        posted.map_err(|e| send_post_failed(core, e))
     }
 
     /// The error of an `isend` the core refused. A comm that failed here (a v7 comm refusing an
@@ -230,8 +252,9 @@ impl Comm {
         Ok(posts)
     }
 
-    /// Posts the lone write `w` (a group's whole plan) by itself.
-    #[inline]
+    /// Posts the lone write `w` (a group's whole plan) by itself; inlined into the straight
+    /// path of `isend`.
+    #[inline(always)]
     fn post_one(&self, w: &plan::Write, wr_id: u64, inline_ok: bool) -> Result<()> {
         if w.qp >= self.ep.nqps() {
             return Ok(());
@@ -285,13 +308,23 @@ fn entry_arrived(mem: &SenderMem, seq: u64, i: usize) -> bool {
 /// ([`CtsEntry::decode_words`]: its sequence word and its check). Read whole at once, with no
 /// look at the sequence word alone first: the core opens a group under the lock, which a
 /// retried `isend` only takes once that look (`super::send_cell::SendCell`) found the group's
-/// first entry there (or for the periodic look).
-#[inline]
+/// first entry there (or for the periodic look). Inlined into both of the core's readers (the
+/// straight path's and the general one's): a call would return the entry through memory.
+#[inline(always)]
 fn read_entry(mem: &SenderMem, seq: u64, i: usize) -> Option<CtsEntry> {
     let off = fifo::entry_offset(seq, i);
     let e = CtsEntry::decode_words(&mem.fifo.read_words::<ENTRY_WORDS>(off), seq);
     // The entry's fields are used only after this point.
     fence(Ordering::Acquire);
+    e
+}
+
+/// A post of a completed group failed: the comm fails (nothing more is written on it) and the
+/// error is `isend`'s answer.
+#[cold]
+#[inline(never)]
+fn send_post_failed(core: &mut SendCore, e: Error) -> Error {
+    core.health.fail(Failure::system(e.to_string()));
     e
 }
 

@@ -48,18 +48,18 @@ impl SendCell {
     /// The core, locked (the retries answered without the lock accounted first); the hint is
     /// withdrawn when the guard is dropped if the comm can no longer answer a retry without it.
     #[inline(always)]
-    pub(super) fn lock(&self) -> Result<SendGuard<'_>> {
-        self.lock_as(false)
+    pub(super) fn lock(&self) -> Result<SendGuard<'_, false>> {
+        self.lock_as()
     }
 
     /// [`SendCell::lock`] for `isend`: the hint is published again when the guard is dropped.
     #[inline(always)]
-    pub(super) fn lock_publishing(&self) -> Result<SendGuard<'_>> {
-        self.lock_as(true)
+    pub(super) fn lock_publishing(&self) -> Result<SendGuard<'_, true>> {
+        self.lock_as()
     }
 
     #[inline(always)]
-    fn lock_as(&self, publish: bool) -> Result<SendGuard<'_>> {
+    fn lock_as<const PUBLISH: bool>(&self) -> Result<SendGuard<'_, PUBLISH>> {
         let Ok(mut core) = self.core.lock() else {
             // No more answers without the lock: every call reports the comm unusable.
             self.awaited.store(0, Ordering::Release);
@@ -71,7 +71,6 @@ impl SendCell {
         Ok(SendGuard {
             core,
             awaited: &self.awaited,
-            publish,
         })
     }
 
@@ -93,15 +92,14 @@ impl SendCell {
 }
 
 /// The locked send core; [`SendGuard::unlock`] (or a drop) publishes or withdraws the hint of
-/// [`SendCell`] and unlocks.
-pub(super) struct SendGuard<'a> {
+/// [`SendCell`] and unlocks. `PUBLISH`: publish the hint anew (an `isend`), not only withdraw
+/// it; a constant, so the guard is two pointers and the choice costs no test.
+pub(super) struct SendGuard<'a, const PUBLISH: bool> {
     core: CoreGuard<'a, SendCore>,
     awaited: &'a AtomicU64,
-    /// Publish the hint anew (an `isend`), not only withdraw it.
-    publish: bool,
 }
 
-impl core::ops::Deref for SendGuard<'_> {
+impl<const PUBLISH: bool> core::ops::Deref for SendGuard<'_, PUBLISH> {
     type Target = SendCore;
     #[inline(always)]
     fn deref(&self) -> &SendCore {
@@ -109,14 +107,14 @@ impl core::ops::Deref for SendGuard<'_> {
     }
 }
 
-impl core::ops::DerefMut for SendGuard<'_> {
+impl<const PUBLISH: bool> core::ops::DerefMut for SendGuard<'_, PUBLISH> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut SendCore {
         &mut self.core
     }
 }
 
-impl SendGuard<'_> {
+impl<const PUBLISH: bool> SendGuard<'_, PUBLISH> {
     /// Ends a section that returned normally: the hint settled ([`SendGuard::settle_hint`]),
     /// then the lock released, inline and without the look at `std::thread::panicking` that a
     /// drop makes (a guard dropped by an unwinding section withdraws the hint, as before).
@@ -134,7 +132,7 @@ impl SendGuard<'_> {
     /// retry without the lock; the section did not panic.
     #[inline(always)]
     fn settle_hint(&self) {
-        if self.publish {
+        if PUBLISH {
             let awaited = self
                 .core
                 .awaited_hint()
@@ -153,7 +151,7 @@ impl SendGuard<'_> {
     }
 }
 
-impl Drop for SendGuard<'_> {
+impl<const PUBLISH: bool> Drop for SendGuard<'_, PUBLISH> {
     #[inline(always)]
     fn drop(&mut self) {
         if std::thread::panicking() {

@@ -36,7 +36,8 @@ impl<S> RequestTable<S> {
         self.slots.len() - self.free.len()
     }
 
-    /// Takes a free slot for `state`.
+    /// Takes a free slot for `state` (inlined into the send and receive paths: a call per
+    /// message costs more than its body).
     #[inline(always)]
     pub fn alloc(&mut self, state: S) -> Result<u32, CoreError> {
         // Not `ok_or`: the error would be built (and dropped) on every call.

@@ -26,6 +26,7 @@
 
 mod recovery;
 mod room;
+mod straight;
 
 pub use room::Room;
 
@@ -148,6 +149,9 @@ struct GroupBuf {
     taken: [bool; MAX_RECVS],
     /// Entries not taken yet (`n` minus the `true`s of `taken`).
     left: usize,
+    /// The group, once complete, is one write with its immediate on one QP of a physical
+    /// device (taken by the straight path of [`SendCore::isend`]; see [`SendCore::lone_write`]).
+    lone: bool,
 }
 
 /// Signaled writes still outstanding for the group that last used a slot, and its sends (kept
@@ -210,6 +214,12 @@ pub struct SendCore {
     peer_state_applied: bool,
     /// The work requests each QP's send queue holds for groups not yet delivered.
     room: Room,
+    /// Whether every group uses one QP, `seq % nqps`, between two physical devices (member
+    /// keys at index 0): a group of one buffer may then take the straight path.
+    straight: bool,
+    /// The largest buffer that goes as one write carrying its immediate (within the write
+    /// limit and not under adaptive routing), as [`SendCore::set_plan`] was given.
+    lone_max: u32,
 }
 
 impl SendCore {
@@ -226,6 +236,7 @@ impl SendCore {
                 n: 0,
                 taken: [false; MAX_RECVS],
                 left: 0,
+                lone: false,
             },
             open: false,
             inflight: [IDLE; SLOTS],
@@ -236,6 +247,10 @@ impl SendCore {
             recovery: Recovery::default(),
             peer_state_applied: false,
             room: Room::new(layout.nqps),
+            straight: layout.local_devs == 1
+                && layout.remote_devs == 1
+                && (!layout.split || layout.nqps <= 1),
+            lone_max: lone_max(crate::plan::MIN_WRITE_LIMIT, AdaptiveRouting::OFF),
         }
     }
 
@@ -243,6 +258,7 @@ impl SendCore {
     /// bytes per write, lone buffers under `ar` (given when the comm is created).
     pub fn set_plan(&mut self, max_write: u32, ar: AdaptiveRouting) {
         self.room.set_plan(max_write, ar);
+        self.lone_max = lone_max(max_write, ar);
     }
 
     /// Work requests QP `q`'s send queue holds for groups not yet delivered.
@@ -281,10 +297,27 @@ impl SendCore {
             return Ok(self.retry(SendWait::Recovering { epoch }));
         }
         if !self.open {
+            if self.straight {
+                if let Some(step) = self.open_lone(tag, size, addr, lkeys, &mut read_entry) {
+                    return step;
+                }
+            }
             if let Err(wait) = self.open_group(&mut read_entry) {
                 return Ok(self.retry(wait));
             }
             self.open = true;
+        }
+        let g = &self.cur;
+        if g.n == 1 && self.straight && g.tags[0] == tag && !g.taken[0] {
+            let capacity = g.caps[0];
+            if size > capacity && self.oversize == Oversize::Refuse {
+                let gseq = g.seq;
+                return Err(self.refuse_oversize(tag, size, capacity, gseq));
+            }
+            let len = size.min(capacity);
+            if len != 0 && len <= self.lone_max {
+                return self.isend_lone(tag, size, capacity, addr, lkeys);
+            }
         }
         let g = &self.cur;
         let Some(i) = fifo::find_buffer(&g.tags[..g.n], &g.taken[..g.n], tag) else {
@@ -343,6 +376,7 @@ impl SendCore {
         g.qps = (qps.start, qps.end);
         // The send that completes the group ran `full_qp_of` on these same items above.
         f.held_on = self.room.take_counted_of(qps);
+        g.lone = false;
         self.seq += 1;
         Ok(SendStep::Post { req })
     }
@@ -467,9 +501,8 @@ impl SendCore {
         if self.inflight[slot(seq)].remaining > 0 {
             return Err(SendWait::SlotBusy { seq });
         }
-        // One call site of `read_entry` (the transport's reader is then inlined here), each
-        // entry decoded straight into the group and the slot's items; the first says how many
-        // there are.
+        // One call site of `read_entry` here (beside the straight path's), each entry decoded
+        // straight into the group and the slot's items; the first says how many there are.
         let (g, items) = (&mut self.cur, &mut self.inflight[slot(seq)].items);
         let (mut i, mut n, mut nreqs) = (0, 1, 0);
         while i < n {
@@ -600,6 +633,12 @@ impl SendCore {
 #[inline(never)]
 fn failed(f: &Failure) -> CoreError {
     CoreError::Failed(f.clone())
+}
+
+/// The largest lone buffer that goes as one write with its immediate: within `max_write`, and
+/// not over the adaptive routing threshold when that is on.
+fn lone_max(max_write: u32, ar: AdaptiveRouting) -> u32 {
+    ar.threshold().map_or(max_write, |t| t.min(max_write))
 }
 
 fn slot(seq: u64) -> usize {

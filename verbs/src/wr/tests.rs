@@ -311,10 +311,13 @@ fn a_lone_write_is_the_same_request_as_a_chain_of_that_one_write() {
         let mut chain = SendChain::<Fixed<1>>::fixed();
         chain.rdma_write(7, local, REMOTE, imm, flags);
         let from_chain = walk(chain.link(room));
-        let mut one = LoneWrite::new(7, local, REMOTE, imm, flags);
-        let alone = walk(one.link(room));
-        assert_eq!(alone.len(), 1);
-        assert!(alone[0].1.next.is_null());
-        assert_eq!(fields(&alone[0].1), fields(&from_chain[0].1));
+        // Read inside the call, while the request and its entry are alive.
+        let alone = with_lone_write(7, local, REMOTE, imm, flags, room, |wr| {
+            let alone = walk(wr);
+            assert_eq!(alone.len(), 1);
+            assert!(alone[0].1.next.is_null());
+            fields(&alone[0].1)
+        });
+        assert_eq!(alone, fields(&from_chain[0].1));
     }
 }

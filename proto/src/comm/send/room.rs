@@ -136,6 +136,21 @@ impl Room {
         None
     }
 
+    /// A group of one work request on QP `q` (a lone buffer in one write with its immediate):
+    /// held if it fits (`true`), as [`Room::full_qp_of`] then [`Room::take_counted_of`] of that
+    /// group do; `false` (nothing held) when QP `q` is full for it.
+    #[inline(always)]
+    pub fn take_one(&mut self, q: usize) -> bool {
+        let Some(h) = self.held.get_mut(q) else {
+            return true;
+        };
+        if *h > 0 && *h >= self.cap {
+            return false;
+        }
+        *h += 1;
+        true
+    }
+
     /// Group delivered that [`Room::take_counted_of`] held as `(qp, n)`.
     #[inline]
     pub fn give_back_held(&mut self, (q, n): (usize, u32)) {

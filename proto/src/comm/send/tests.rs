@@ -630,3 +630,148 @@ fn thirty_two_groups_of_eight_buffers_in_flight_fit_without_waiting_for_room() {
         );
     }
 }
+
+/// One step of [`the_straight_path_leaves_the_state_and_writes_of_the_general_path`]: a send
+/// (tag, size), or the completions of the oldest posted group.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Send(i32, u32),
+    Complete,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => (0i32..3, proptest::sample::select(vec![0u32, 1, 8, 16, 17, 40, 5000]))
+            .prop_map(|(t, s)| Op::Send(t, s)),
+        1 => Just(Op::Complete),
+    ]
+}
+
+/// The group the last post wrote, as the transport writes it: the straight path's one write,
+/// or the general plan of the core's ready group; with the group's `wr_id`.
+fn written(c: &SendCore, max_write: u32, ar: AdaptiveRouting) -> (Vec<crate::plan::Write>, u64) {
+    if let Some((w, wr_id)) = c.lone_write() {
+        return (vec![w], wr_id);
+    }
+    let g = c.ready_group();
+    let sizes = crate::plan::SizesSlot {
+        local_addr: 0x5000,
+        lkeys: [3; crate::MAX_DEVS],
+        remote_addr: 0x6000,
+        rkeys: [4; crate::MAX_DEVS],
+    };
+    let w = crate::plan::plan_group(g.seq, g.items(), &c.layout, sizes, max_write, ar);
+    (w, g.wr_id())
+}
+
+proptest::proptest! {
+    #[test]
+    fn the_straight_path_leaves_the_state_and_writes_of_the_general_path(
+        (nqps, split) in proptest::prop_oneof![(1usize..=4, proptest::strategy::Just(false)), (1usize..=2, proptest::bool::ANY)],
+        max_write in proptest::sample::select(vec![1u32, 8, 16, 4096, crate::plan::MIN_WRITE_LIMIT]),
+        ar in proptest::option::of(proptest::sample::select(vec![0u32, 8, 16, 4096])),
+        refuse in proptest::bool::ANY,
+        groups in proptest::collection::vec(
+            proptest::collection::vec((0i32..3, proptest::sample::select(vec![0u32, 8, 16, 32])), 1..=3),
+            40..=48,
+        ),
+        ops in proptest::collection::vec(op(), 1..300),
+    ) {
+        let ar = ar.map_or(AdaptiveRouting::OFF, AdaptiveRouting::above);
+        let oversize = if refuse { Oversize::Refuse } else { Oversize::Truncate };
+        let fifo = Fifo { groups };
+        let layout = QpLayout::one_device(nqps, split);
+        let mut cores = [SendCore::new(layout), SendCore::new(layout).general_only()];
+        for c in &mut cores {
+            c.set_plan(max_write, ar);
+            c.set_oversize(oversize);
+        }
+        // Posted groups not yet delivered: their `wr_id` and the writes with immediates.
+        let mut posted = std::collections::VecDeque::new();
+        for op in ops {
+            match op {
+                Op::Send(tag, size) => {
+                    let [a, b] = &mut cores;
+                    let read = |s, i| fifo.read(s, i);
+                    let (sa, sb) = (
+                        a.isend(tag, size, 0x42, &[1; crate::MAX_DEVS], read),
+                        b.isend(tag, size, 0x42, &[1; crate::MAX_DEVS], read),
+                    );
+                    proptest::prop_assert_eq!(&sa, &sb);
+                    if sa.is_err() {
+                        return Ok(());
+                    }
+                    if let Ok(SendStep::Post { .. }) = sa {
+                        proptest::prop_assert!(b.lone_write().is_none());
+                        let (ga, gb) = (a.ready_group(), b.ready_group());
+                        proptest::prop_assert_eq!(ga, gb);
+                        let (wa, ida) = written(a, max_write, ar);
+                        let (wb, idb) = written(b, max_write, ar);
+                        proptest::prop_assert_eq!(&wa, &wb);
+                        proptest::prop_assert_eq!(ida, idb);
+                        let signaled = wa.iter().filter(|w| w.imm.is_some()).count();
+                        posted.push_back((ida, signaled));
+                    }
+                }
+                Op::Complete => {
+                    if let Some((wr_id, n)) = posted.pop_front() {
+                        for c in &mut cores {
+                            for _ in 0..n {
+                                c.handle_completion(wr_id);
+                            }
+                        }
+                    }
+                }
+            }
+            let [a, b] = &cores;
+            proptest::prop_assert_eq!(a.health.counters, b.health.counters);
+            proptest::prop_assert_eq!(a.head_seq(), b.head_seq());
+            proptest::prop_assert_eq!(a.in_flight(), b.in_flight());
+            proptest::prop_assert_eq!(a.last_wait, b.last_wait);
+            proptest::prop_assert_eq!(a.truncation_note, b.truncation_note);
+            for q in 0..nqps {
+                proptest::prop_assert_eq!(a.queue_held(q), b.queue_held(q));
+            }
+            for r in 0..SEND_REQS as u32 {
+                proptest::prop_assert_eq!(a.is_pending(r), b.is_pending(r));
+            }
+            for (fa, fb) in a.inflight.iter().zip(&b.inflight) {
+                if fa.remaining > 0 || fb.remaining > 0 {
+                    proptest::prop_assert_eq!(
+                        (fa.seq, fa.remaining, fa.n, fa.replay, fa.held_on),
+                        (fb.seq, fb.remaining, fb.n, fb.replay, fb.held_on)
+                    );
+                    proptest::prop_assert_eq!(&fa.items[..fa.n], &fb.items[..fb.n]);
+                    proptest::prop_assert_eq!(&fa.reqs[..fa.n], &fb.reqs[..fb.n]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_lone_write_on_a_full_queue_waits_for_room_as_the_general_path_does() {
+    // Nine groups of 32 one-byte pieces fill QP 0's room; the tenth, one byte in one write
+    // (the straight path's), waits until the first group is delivered.
+    let mut groups = vec![vec![(0, 32)]; 9];
+    groups.push(vec![(0, 8)]);
+    let fifo = Fifo { groups };
+    for mut c in [
+        SendCore::new(QpLayout::one_device(1, false)),
+        SendCore::new(QpLayout::one_device(1, false)).general_only(),
+    ] {
+        c.set_plan(1, AdaptiveRouting::OFF);
+        for _ in 0..9 {
+            send_post(&mut c, &fifo, 0, 32);
+        }
+        assert_eq!(c.queue_held(0), crate::plan::SEND_ROOM);
+        assert_eq!(
+            send(&mut c, &fifo, 0, 1),
+            SendStep::Retry(SendWait::QueueFull { seq: 9, qp: 0 })
+        );
+        c.handle_completion(WrId::Send { seq: 0 }.encode());
+        assert!(matches!(send(&mut c, &fifo, 0, 1), SendStep::Post { .. }));
+        assert_eq!(c.queue_held(0), crate::plan::SEND_ROOM - 32 + 1);
+    }
+}
