@@ -493,10 +493,9 @@ impl RecvCore {
     /// and for one not in flight (which `take_done` reports as an error).
     #[inline]
     pub fn take_ready(&mut self, req: u32) -> Option<Done> {
-        self.reqs.take_if(req, |r| match r {
-            RecvReq::Recv { done, .. } => *done,
-            RecvReq::Flush { remaining, .. } => (*remaining == 0).then_some(Done::NOTHING),
-        })
+        let mut done = None;
+        self.take_ready_with(req, |d| done = Some(*d));
+        done
     }
 
     /// [`RecvCore::take_ready`], handing the result to `on_done` where it lies (no copy of

@@ -70,11 +70,12 @@ impl<S> RequestTable<S> {
     /// `Some`, the slot is freed in the same look-up (a request that `test` finds done).
     #[inline(always)]
     pub fn take_if<R>(&mut self, idx: u32, f: impl FnOnce(&S) -> Option<R>) -> Option<R> {
-        let slot = self.slots.get_mut(idx as usize)?;
-        let r = f(slot.as_ref()?)?;
-        *slot = None;
-        self.free.push(idx);
-        Some(r)
+        let mut answer = None;
+        self.free_if(idx, |s| {
+            answer = f(s);
+            answer.is_some()
+        });
+        answer
     }
 
     /// Whether `f` answers yes for the state of slot `idx` when it is in flight; the slot is
