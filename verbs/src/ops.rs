@@ -20,11 +20,12 @@ unsafe fn ops_of_cq(cq: *mut ibv_cq) -> ibv_context_ops {
     unsafe { (*(*cq).context).ops }
 }
 
-/// `ibv_post_send`.
+/// `ibv_post_send` (inlined into its callers: a call of its own costs as much as its body).
 ///
 /// # Safety
 /// `qp` is a live QP; `wr` is a valid chain of work requests whose scatter lists point to
 /// registered memory that stays valid until the work completes.
+#[inline]
 pub unsafe fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr) -> Result<()> {
     // SAFETY: forwarded contract.
     let op = unsafe { ops_of_qp(qp) }

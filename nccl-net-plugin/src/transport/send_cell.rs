@@ -121,6 +121,14 @@ impl<const PUBLISH: bool> SendGuard<'_, PUBLISH> {
     #[inline(always)]
     pub(super) fn unlock(self) {
         self.settle_hint();
+        self.unlock_unchanged();
+    }
+
+    /// Ends a section that changed nothing the hint depends on (the comm's failure, its
+    /// recovery, the head group: a `test` that only took a finished request): the hint, settled
+    /// by the section before, stands; the lock is released.
+    #[inline(always)]
+    pub(super) fn unlock_unchanged(self) {
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never dropped nor used again, so the core's guard is moved out of
         // it exactly once; releasing it is all the guard's drop would have done past the hint.

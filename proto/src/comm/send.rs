@@ -59,8 +59,10 @@ pub enum SendWait {
 }
 
 /// What the transport does for an `isend`. Small on purpose: the group to write stays in the
-/// core ([`SendCore::ready_group`]), so nothing large is copied per message.
+/// core ([`SendCore::ready_group`]), so nothing large is copied per message. Its kind is a tag
+/// of its own (not folded into the wait's), so the transport's `match` is one compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum SendStep {
     /// No request: answer NULL, NCCL retries.
     Retry(SendWait),
@@ -314,8 +316,7 @@ impl SendCore {
                 let gseq = g.seq;
                 return Err(self.refuse_oversize(tag, size, capacity, gseq));
             }
-            let len = size.min(capacity);
-            if len != 0 && len <= self.lone_max {
+            if self.fits_lone(size, capacity) {
                 return self.isend_lone(tag, size, capacity, addr, lkeys);
             }
         }
@@ -531,27 +532,38 @@ impl SendCore {
     /// receiver's report decides what became of that work.
     #[inline]
     pub fn handle_completion(&mut self, wr_id: u64) {
-        if !self.recovery.counts(wr_id::epoch_of(wr_id)) {
+        // The common completion, one compare: a group's write of the current epoch, the comm
+        // running.
+        let Some(seq) = wr_id::send_in(wr_id, self.recovery.counting()) else {
+            self.other_completion(wr_id);
+            return;
+        };
+        self.health.counters.completions += 1;
+        let f = &mut self.inflight[slot(seq)];
+        if f.seq != seq || f.remaining == 0 {
             return;
         }
-        self.health.counters.completions += 1;
-        if let WrId::Send { seq } = WrId::decode(wr_id) {
-            let f = &mut self.inflight[slot(seq)];
-            if f.seq != seq || f.remaining == 0 {
-                return;
-            }
-            f.remaining -= 1;
-            if f.remaining == 0 {
-                for &r in &f.reqs[..f.n] {
-                    if let Some(s) = self.reqs.get_mut(r) {
-                        s.done = true;
-                    }
-                }
-                match f.held_on {
-                    Some(held) => self.room.give_back_held(held),
-                    None => self.room.give_back(seq, &f.items[..f.n], &self.layout),
+        f.remaining -= 1;
+        if f.remaining == 0 {
+            for &r in &f.reqs[..f.n] {
+                if let Some(s) = self.reqs.get_mut(r) {
+                    s.done = true;
                 }
             }
+            match f.held_on {
+                Some(held) => self.room.give_back_held(held),
+                None => self.room.give_back(seq, &f.items[..f.n], &self.layout),
+            }
+        }
+    }
+
+    /// A completion that is not a send write of the current epoch: counted if its epoch counts
+    /// (other work, which a send comm does not post), else ignored.
+    #[cold]
+    #[inline(never)]
+    fn other_completion(&mut self, wr_id: u64) {
+        if self.recovery.counts(wr_id::epoch_of(wr_id)) {
+            self.health.counters.completions += 1;
         }
     }
 
@@ -566,8 +578,14 @@ impl SendCore {
     /// what a `test` whose poll found completions asks first. `None` otherwise.
     #[inline(always)]
     pub fn take_ready(&mut self, req: u32) -> Option<Done> {
-        self.reqs
-            .take_if(req, |s| s.done.then(|| Done::one(s.size)))
+        self.take_ready_size(req).map(Done::one)
+    }
+
+    /// [`SendCore::take_ready`] as the send's size alone (all a send reports): what `test`
+    /// asks first, before any poll. Changes nothing but the request table.
+    #[inline(always)]
+    pub fn take_ready_size(&mut self, req: u32) -> Option<u32> {
+        self.reqs.take_if(req, |s| s.done.then_some(s.size))
     }
 
     /// `test`: the request's result when it is done (the request is then freed).

@@ -71,6 +71,15 @@ impl WrId {
     }
 }
 
+/// The group of a send write's `wr_id` posted in epoch `epoch` (modulo 256; a value above 255,
+/// such as [`crate::recovery::NOT_COUNTING`], matches none), in one shift and compare; `None`
+/// for any other work or epoch.
+#[inline]
+pub fn send_in(wr_id: u64, epoch: u16) -> Option<u64> {
+    // A send's kind is 0: the bits above its payload are its epoch alone.
+    (wr_id >> EPOCH_SHIFT == u64::from(epoch)).then_some(wr_id & PAYLOAD)
+}
+
 /// The recovery epoch (modulo 256) a `wr_id` was posted in.
 pub fn epoch_of(wr_id: u64) -> u8 {
     ((wr_id >> EPOCH_SHIFT) & 0xff) as u8
@@ -131,5 +140,22 @@ mod tests {
             "epoch 0 is the encoding of a comm that never recovered"
         );
         assert_eq!(recv_qp(WrId::Recv { req: 3 }.encode()), 0);
+    }
+
+    #[test]
+    fn a_sends_group_is_found_only_in_its_own_epoch_and_in_no_other_kind_of_work() {
+        for epoch in [0, 1, 255, 256] {
+            let w = WrId::Send { seq: PAYLOAD }.encode_in(epoch);
+            assert_eq!(send_in(w, u16::from(epoch as u8)), Some(PAYLOAD));
+            assert_eq!(send_in(w, u16::from((epoch as u8).wrapping_add(1))), None);
+            assert_eq!(send_in(w, crate::recovery::NOT_COUNTING), None);
+            for other in [
+                WrId::Recv { req: 1 }.encode_in(epoch),
+                WrId::Cts { seq: 1 }.encode_in(epoch),
+                WrId::Flush { req: 1 }.encode_in(epoch),
+            ] {
+                assert_eq!(send_in(other, u16::from(epoch as u8)), None);
+            }
+        }
     }
 }

@@ -84,6 +84,9 @@ pub struct PeerQps {
     pub down: u8,
 }
 
+/// [`Recovery::counting`] while the comm is stopped: above every epoch modulo 256.
+pub const NOT_COUNTING: u16 = u16::MAX;
+
 /// One comm's recovery bookkeeping: its epoch, whether it is stopped, the budget and the time,
 /// and where the exchange of the current epoch stands.
 #[derive(Debug, Default)]
@@ -93,6 +96,10 @@ pub struct Recovery {
     /// The current epoch: work posted in it is the only work whose completions count.
     epoch: u32,
     stopped: bool,
+    /// The epoch whose completions count, modulo 256 ([`Recovery::counting`]): `epoch as u8`
+    /// while the comm runs, [`NOT_COUNTING`] while it is stopped; kept by the two steps that
+    /// change either (a stop and the resume), so a completion's question is one compare.
+    counting: u16,
     /// When the current recovery began (its first stop), while one is under way.
     since: Option<Duration>,
     /// Epochs entered in the current recovery: 1, plus one per restart.
@@ -189,7 +196,14 @@ impl Recovery {
     /// counts: the comm runs and the work is of its current epoch.
     #[inline]
     pub fn counts(&self, wr_epoch: u8) -> bool {
-        !self.stopped && wr_epoch == self.epoch as u8
+        u16::from(wr_epoch) == self.counting
+    }
+
+    /// The epoch (modulo 256) whose completions count while the comm runs; [`NOT_COUNTING`],
+    /// which no epoch of a `wr_id` equals, while it is stopped.
+    #[inline]
+    pub fn counting(&self) -> u16 {
+        self.counting
     }
 
     /// Stops the comm at the next epoch (a first failure, or a second one during recovery,
@@ -223,6 +237,7 @@ impl Recovery {
         }
         self.epoch = epoch;
         self.stopped = true;
+        self.counting = NOT_COUNTING;
         self.attempts += 1;
         cause.clone_into(&mut self.cause);
         self.wanted = None;
@@ -293,6 +308,7 @@ impl Recovery {
     /// The comm runs again at its current epoch; returns the time the recovery took.
     pub fn finish(&mut self, now: Duration) -> Duration {
         self.stopped = false;
+        self.counting = u16::from(self.epoch as u8);
         self.attempts = 0;
         self.rebuilt = false;
         self.peer_qpns = None;

@@ -648,3 +648,26 @@ fn a_connect_failure_other_than_a_time_out_is_not_retried_unless_nccl_ib_mqp_ret
     assert!(r.connect_failed(s(2), 110, "t", &two).1.is_some());
     assert_eq!(r.connect_failed(s(3), 110, "t", &two).1, None);
 }
+
+#[test]
+fn completions_count_only_of_the_current_epoch_while_the_comm_runs_past_epoch_256() {
+    let mut r = Recovery::default();
+    r.set_budget(BUDGET);
+    assert!(r.counts(0) && !r.counts(1), "epoch 0 runs from the start");
+    assert_eq!(r.counting(), 0);
+    for epoch in 1..=257u32 {
+        r.stop(s(u64::from(epoch)), "flap").unwrap();
+        assert_eq!(r.counting(), NOT_COUNTING, "stopped at epoch {epoch}");
+        assert!(
+            (0..=255).all(|e| !r.counts(e)),
+            "nothing counts while stopped"
+        );
+        r.finish(s(u64::from(epoch)));
+        let now = epoch as u8;
+        assert_eq!(r.counting(), u16::from(now));
+        assert!(
+            r.counts(now) && !r.counts(now.wrapping_sub(1)),
+            "epoch {epoch}"
+        );
+    }
+}

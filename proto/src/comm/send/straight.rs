@@ -31,8 +31,7 @@ impl SendCore {
         if e.nreqs != 1 || e.tag != tag || (size > e.size && self.oversize == Oversize::Refuse) {
             return None;
         }
-        let len = size.min(e.size);
-        if len == 0 || len > self.lone_max {
+        if !self.fits_lone(size, e.size) {
             return None;
         }
         let q = self.lone_qp(seq);
@@ -67,6 +66,15 @@ impl SendCore {
             return Ok(self.retry(SendWait::QueueFull { seq: gseq, qp: q }));
         }
         self.post_lone(q, tag, size, capacity, addr, lkeys)
+    }
+
+    /// Whether a send of `size` bytes into a buffer of `capacity` bytes is one write with its
+    /// immediate (asked past a v7 comm's refusal of an oversized send): its length, truncated
+    /// to the buffer, is not zero and within [`SendCore::set_plan`]'s lone limit.
+    #[inline(always)]
+    pub(super) fn fits_lone(&self, size: u32, capacity: u32) -> bool {
+        let len = size.min(capacity);
+        len != 0 && len <= self.lone_max
     }
 
     /// The QP of group `seq` on a comm of the straight path.

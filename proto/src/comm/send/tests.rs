@@ -775,3 +775,33 @@ fn a_lone_write_on_a_full_queue_waits_for_room_as_the_general_path_does() {
         assert_eq!(c.queue_held(0), crate::plan::SEND_ROOM - 32 + 1);
     }
 }
+
+#[test]
+fn only_a_send_write_of_the_current_epoch_completes_its_group_and_other_work_is_only_counted() {
+    let fifo = Fifo {
+        groups: vec![vec![(0, 8)]],
+    };
+    let mut c = SendCore::new(QpLayout::one_device(1, false));
+    let SendStep::Post { req } = send(&mut c, &fifo, 0, 8) else {
+        panic!("a lone buffer posts at once")
+    };
+    let completions = |c: &SendCore| c.health.counters.completions;
+    c.handle_completion(WrId::Send { seq: 0 }.encode_in(1));
+    assert_eq!(
+        (c.take_ready_size(req), completions(&c)),
+        (None, 0),
+        "another epoch"
+    );
+    c.handle_completion(WrId::Cts { seq: 0 }.encode());
+    assert_eq!(
+        (c.take_ready_size(req), completions(&c)),
+        (None, 1),
+        "other work of this epoch is counted, and completes nothing"
+    );
+    c.handle_completion(WrId::Send { seq: 0 }.encode());
+    assert_eq!(completions(&c), 2);
+    assert!(!c.is_pending(req));
+    assert_eq!(c.take_ready_size(req), Some(8), "a send reports its size");
+    assert_eq!(c.take_ready_size(req), None, "once");
+    assert_eq!(c.in_flight(), 0);
+}
