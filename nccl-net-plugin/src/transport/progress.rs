@@ -477,9 +477,12 @@ impl Comm {
                 // above has just counted what it used). A quiet call changed neither what is
                 // staged (only `irecv` stages) nor what the sender holds (only a completion
                 // lowers it), and every call on the comm ends with this question answered:
-                // the answer is still "not due".
-                let due = if !matches!(tested, Ok(Tested::Quiet)) && core.health.failure().is_none()
-                {
+                // the answer is still "not due", and the call answers at once.
+                if let Ok(Tested::Quiet) = tested {
+                    core.unlock();
+                    return Ok(false);
+                }
+                let due = if core.health.failure().is_none() {
                     self.cts_due(mem, &mut core)
                 } else {
                     Ok(())
