@@ -482,11 +482,8 @@ impl Comm {
                     core.unlock();
                     return Ok(false);
                 }
-                let due = if core.health.failure().is_none() {
-                    self.cts_due(mem, &mut core)
-                } else {
-                    Ok(())
-                };
+                // (A failed comm writes nothing: the core's write, if due, is `None` then.)
+                let due = self.cts_due(mem, &mut core);
                 core.unlock();
                 due?;
                 Ok(tested? == Tested::Done)

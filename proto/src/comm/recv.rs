@@ -206,7 +206,8 @@ enum ReqKind {
     Recv {
         seq: u64,
         done: Done,
-        /// Bit `q` set: QP `q`'s immediate arrived.
+        /// Bit `q` set: QP `q`'s immediate arrived (kept while the group waits for others;
+        /// a finished group's is never read).
         arrived: u128,
     },
     /// A flush: one RDMA READ on the loopback flush QP of each member device; done when all
@@ -448,9 +449,11 @@ impl RecvCore {
             // most u32::MAX (what a request carries); a peer that claims more is held at
             // u32::MAX rather than wrapped to a small size.
             done.sizes[0] = done.sizes[0].saturating_add(imm);
-            *arrived |= 1u128 << (wr_id::recv_qp(wr_id) & 127);
             *remaining -= 1;
             if *remaining > 0 {
+                // Which QPs delivered matters only while the group waits for others (what a
+                // recovery reports and reposts); a finished group is never asked.
+                *arrived |= 1u128 << (wr_id::recv_qp(wr_id) & 127);
                 return;
             }
             let n = done.n;
