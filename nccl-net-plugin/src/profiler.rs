@@ -44,7 +44,7 @@ use ferro_ffi::{
     NCCL_PROFILE_QP, NCCL_PROFILER_NET_IB_VER, NCCL_PROFILER_NET_TYPE_IB, ncclProfilerCallback_t,
     ncclProfilerNetIbDescr_v1_t, ncclProfilerNetIbQp_v1_t, profiler_event,
 };
-use ferro_proto::comm::recv::{RECV_REQS, RecvBuf};
+use ferro_proto::comm::recv::{PostRecv, RECV_REQS, RecvBuf};
 use ferro_proto::comm::send::{ReadyGroup, SEND_REQS};
 use ferro_proto::comm::wr_id::WrId;
 use ferro_proto::plan::{QpLayout, SendItem, buffer_shares};
@@ -476,18 +476,17 @@ fn send_posted(comm: &impl EventSource, req: u32, ph: usize, group: &ReadyGroup<
 #[inline(always)]
 pub fn on_recv_posted(
     comm: &impl EventSource,
-    req: u32,
-    seq: u64,
+    post: &PostRecv,
     bufs: &[RecvBuf],
     ph: Phandles<'_>,
 ) {
     if !ph.0.is_empty() {
-        recv_posted(comm, req, seq, bufs, ph);
+        recv_posted(comm, post, bufs, ph);
     }
 }
 
 #[inline(never)]
-fn recv_posted(comm: &impl EventSource, req: u32, seq: u64, bufs: &[RecvBuf], ph: Phandles<'_>) {
+fn recv_posted(comm: &impl EventSource, post: &PostRecv, bufs: &[RecvBuf], ph: Phandles<'_>) {
     let Some(cb) = callback() else {
         return;
     };
@@ -500,7 +499,7 @@ fn recv_posted(comm: &impl EventSource, req: u32, seq: u64, bufs: &[RecvBuf], ph
         *s = b.size;
     }
     let n = bufs.len();
-    book_of(comm, false).recv_posted(&mut Nccl(cb), req, seq, &sizes[..n], &ph[..n]);
+    book_of(comm, false).recv_posted(&mut Nccl(cb), post.req, post.seq, &sizes[..n], &ph[..n]);
 }
 
 /// A successful completion was polled from the comm's CQ. Only the callback's check is

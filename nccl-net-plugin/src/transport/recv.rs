@@ -11,7 +11,6 @@ use ferro_proto::comm::recv::{FlushTarget, PostRecv, RecvBuf, RecvCore, RecvStep
 use ferro_proto::fifo::ENTRY_SIZE;
 use ferro_proto::health::{FlushRefused, verdict};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain};
-use std::ops::Range;
 
 impl Comm {
     /// `irecv`: `Ok(None)` (a NULL request) when 32 receives are outstanding. Inlined into the
@@ -39,21 +38,18 @@ impl Comm {
             return Err(self.fail(&mut core, e));
         }
         if end > first + 1 {
-            self.post_recv_rest(&mut core, post.req, post.qps.clone(), post.epoch)?;
+            self.post_recv_rest(&mut core, &post)?;
         }
-        crate::profiler::on_recv_posted(self, post.req, post.seq, bufs, phandles);
+        crate::profiler::on_recv_posted(self, &post, bufs, phandles);
         // Staged now, written now or by a later call (coalesced with the receives after it):
-        // each entry encoded from its buffer straight into the staging. (The receive's fields
-        // are handed on by value: nothing here needs it in memory.)
+        // each entry encoded from its buffer straight into the staging.
         let off = post.stage_offset();
-        let n = bufs.len();
-        for (i, b) in bufs.iter().enumerate() {
-            let e = post.entry(i, n, b);
+        for (i, e) in post.entries(bufs).enumerate() {
             mem.cts_stage
                 .write_words(off + i * ENTRY_SIZE, &e.encode_words());
         }
-        if let Some(w) = post.cts {
-            self.post_cts(mem, &mut core, &w)?;
+        if let Some(w) = &post.cts {
+            self.post_cts(mem, &mut core, w)?;
         }
         self.keep_staged(&core);
         core.unlock();
@@ -77,20 +73,10 @@ impl Comm {
 
     /// The receives of a group split over several QPs, past its first (posted by the caller).
     #[inline(never)]
-    fn post_recv_rest(
-        &self,
-        core: &mut RecvCore,
-        req: u32,
-        qps: Range<usize>,
-        epoch: u32,
-    ) -> Result<()> {
-        for q in qps.start + 1..qps.end {
+    fn post_recv_rest(&self, core: &mut RecvCore, post: &PostRecv) -> Result<()> {
+        for q in post.qps.start + 1..post.qps.end {
             core.health.counters.recv_posts += 1;
-            if let Err(e) = self
-                .ep
-                .qp(q)
-                .post_recv_empty(PostRecv::wr_id_on(req, q, epoch))
-            {
+            if let Err(e) = self.ep.qp(q).post_recv_empty(post.recv_wr_id_on(q)) {
                 return Err(self.fail(core, e));
             }
         }

@@ -107,12 +107,7 @@ impl PostRecv {
     /// The `wr_id` of the receive posted on QP `q`: it names the QP, which a recovery needs
     /// to know which of the group's QPs delivered.
     pub fn recv_wr_id_on(&self, q: usize) -> u64 {
-        Self::wr_id_on(self.req, q, self.epoch)
-    }
-
-    /// [`PostRecv::recv_wr_id_on`] of receive `req` posted in `epoch`, from the values alone.
-    pub fn wr_id_on(req: u32, q: usize, epoch: u32) -> u64 {
-        WrId::recv_on(req, q, epoch)
+        WrId::recv_on(self.req, q, self.epoch)
     }
 }
 
