@@ -25,6 +25,7 @@ use crate::error::Result;
 use ferro_proto::comm::Failure;
 use ferro_proto::comm::recv::{CtsWrite, RecvCore};
 use ferro_verbs::{Fixed, RemoteAddr, SendChain, SendFlags};
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 /// The most queued comms one look visits. Every waiting comm looks every `LIVENESS_EVERY`
@@ -81,59 +82,57 @@ impl Comm {
         }
     }
 
-    /// Posts one clear-to-send write: one work request per byte range (two when the run
-    /// wraps around the ring), chained in one `ibv_post_send` on QP 0 (from this side's first
-    /// member to the sender's first member, whose FIFO key is used). A failed post becomes the
-    /// comm's sticky failure.
+    /// Posts one clear-to-send write on QP 0 (from this side's first member to the sender's
+    /// first member, whose FIFO key is used): one work request built in place on this frame
+    /// for the common run, two chained in one `ibv_post_send` when the run wraps around the
+    /// ring. A failed post becomes the comm's sticky failure.
     pub(super) fn post_cts(
         &self,
         mem: &ReceiverMem,
         core: &mut RecvCore,
         w: &CtsWrite,
     ) -> Result<()> {
-        // A chain with room for what the write needs: most writes are one range, and an
-        // empty work request slot costs its initialisation.
-        if w.wraps() {
-            self.post_cts_in::<2>(mem, core, w)
-        } else {
-            self.post_cts_in::<1>(mem, core, w)
-        }
-    }
-
-    fn post_cts_in<const N: usize>(
-        &self,
-        mem: &ReceiverMem,
-        core: &mut RecvCore,
-        w: &CtsWrite,
-    ) -> Result<()> {
-        let member = self.ep.layout().local_dev(CTS_QP);
-        let remote_key = mem.peer_fifo.1[self.ep.layout().remote_dev(CTS_QP)];
-        // `N` is the number of ranges: two exactly when the run wraps (`post_cts`).
-        let n = N;
-        debug_assert_eq!(w.ranges().count(), N);
-        let mut chain = SendChain::<Fixed<N>>::fixed();
-        for (i, r) in w.ranges().enumerate() {
+        let layout = self.ep.layout();
+        let member = layout.local_dev(CTS_QP);
+        let remote_key = mem.peer_fifo.1[layout.remote_dev(CTS_QP)];
+        let wraps = w.wraps();
+        // The request of range `r`; `last`: the run's last one (signaled when the write is).
+        let request = |r: Range<usize>, last: bool| {
             let local = mem.cts_stage.sge(member, r.start, r.len() as u32);
             let remote = RemoteAddr {
                 addr: mem.peer_fifo.0 + r.start as u64,
                 rkey: remote_key,
             };
             let flags = SendFlags {
-                signaled: w.signaled && i + 1 == n,
+                signaled: w.signaled && last,
                 // NCCL_IB_USE_INLINE: a write of one entry (a receive of one buffer written at
                 // once, the ping-pong case) is copied into the work request, sparing the NIC a
                 // read of the staging buffer.
-                inline: n == 1,
+                inline: !wraps,
             };
-            chain.rdma_write(w.wr_id(), Some(local), remote, None, flags);
-        }
-        if chain.is_empty() {
-            return Ok(());
-        }
-        core.health.counters.send_posts += 1;
+            (local, remote, flags)
+        };
+        let qp = self.ep.qp(CTS_QP);
         // The entries are this comm's registered clear-to-send staging, whose bytes for these
         // groups stay as they are until the groups complete (32 receives later at the earliest).
-        match self.ep.qp(CTS_QP).post(&mut chain) {
+        let posted = if wraps {
+            let mut chain = SendChain::<Fixed<2>>::fixed();
+            let mut ranges = w.ranges().peekable();
+            while let Some(r) = ranges.next() {
+                let (local, remote, flags) = request(r, ranges.peek().is_none());
+                chain.rdma_write(w.wr_id(), Some(local), remote, None, flags);
+            }
+            core.health.counters.send_posts += 1;
+            qp.post(&mut chain)
+        } else {
+            let Some(r) = w.ranges().next() else {
+                return Ok(());
+            };
+            let (local, remote, flags) = request(r, true);
+            core.health.counters.send_posts += 1;
+            qp.post_write(w.wr_id(), Some(local), remote, None, flags)
+        };
+        match posted {
             Ok(()) => Ok(()),
             Err(e) => {
                 let f = core.health.fail(Failure::system(format!(

@@ -314,12 +314,29 @@ impl Comm {
         core: &mut C,
         on_wc: impl FnMut(&mut C, &ibv_wc),
     ) -> bool {
+        self.wait_hook(core, on_wc, false)
+    }
+
+    /// [`Comm::on_wait`]; `healthy`: the caller found the comm not failed before a poll that
+    /// found nothing (which fails nothing), so only a recovery's step can have failed it since.
+    #[inline(always)]
+    fn wait_hook<C: CoreOps>(
+        &self,
+        core: &mut C,
+        on_wc: impl FnMut(&mut C, &ibv_wc),
+        healthy: bool,
+    ) -> bool {
         let r = core.recovery();
         let recovering = r.is_stopped() || r.is_wanted();
         if recovering {
             C::drive_recovery(self, core);
         }
-        if !core.health_mut().look_due() {
+        let due = if healthy && !recovering {
+            core.health_mut().look_due_healthy()
+        } else {
+            core.health_mut().look_due()
+        };
+        if !due {
             return recovering;
         }
         self.look(core, on_wc);
@@ -416,7 +433,7 @@ impl Comm {
             } else if self.poll_inline(core, on_wc) {
                 // Every CQ empty: the request is still pending and the comm still healthy,
                 // without asking again; unless the wait hook changed something, that is all.
-                if !self.on_wait(core, on_wc) {
+                if !self.wait_hook(core, on_wc, true) {
                     return Ok(Tested::Quiet);
                 }
             } else if core.take_ready_with(idx, on_done) {
@@ -468,13 +485,13 @@ impl Comm {
                 // above has just counted what it used). A quiet call changed neither what is
                 // staged (only `irecv` stages) nor what the sender holds (only a completion
                 // lowers it), and every call on the comm ends with this question answered:
-                // the answer is still "not due".
-                let due = if !matches!(tested, Ok(Tested::Quiet)) && core.health.failure().is_none()
-                {
-                    self.cts_due(mem, &mut core)
-                } else {
-                    Ok(())
-                };
+                // the answer is still "not due", and the call answers at once.
+                if let Ok(Tested::Quiet) = tested {
+                    core.unlock();
+                    return Ok(false);
+                }
+                // (A failed comm writes nothing: the core's write, if due, is `None` then.)
+                let due = self.cts_due(mem, &mut core);
                 core.unlock();
                 due?;
                 Ok(tested? == Tested::Done)

@@ -189,25 +189,30 @@ pub enum RecvStep {
     Post(PostRecv),
 }
 
+/// A request in flight: the completions it still waits for, and what it is. `remaining` is
+/// the one field `test` asks while waiting (0: done), whatever the kind.
 #[derive(Debug, Clone, Copy)]
-enum RecvReq {
-    /// A (grouped) receive waiting for `remaining` immediates.
+struct RecvReq {
+    /// Completions still awaited: the immediates of a receive's QPs, the reads of a flush.
+    remaining: u16,
+    kind: ReqKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ReqKind {
+    /// A (grouped) receive. `done` is its answer once `remaining` reaches 0 (`done.n` is the
+    /// group's buffer count from the start); until then `done.sizes[0]` adds up the
+    /// immediates (the size of a group of one buffer).
     Recv {
         seq: u64,
-        n: u8,
-        remaining: u16,
-        imm_sum: u32,
-        done: Option<Done>,
-        /// Bit `q` set: QP `q`'s immediate arrived.
+        done: Done,
+        /// Bit `q` set: QP `q`'s immediate arrived (kept while the group waits for others;
+        /// a finished group's is never read).
         arrived: u128,
     },
     /// A flush: one RDMA READ on the loopback flush QP of each member device; done when all
     /// of them completed (`reads` of them, reposted whole after a recovery).
-    Flush {
-        remaining: u16,
-        reads: u16,
-        target: FlushTarget,
-    },
+    Flush { reads: u16, target: FlushTarget },
 }
 
 /// What a flush reads back: one byte at `addr`, under the buffer's key on each member device
@@ -285,13 +290,16 @@ impl RecvCore {
         let seq = self.seq;
         let n = bufs.len();
         let qps = self.group_qps(seq);
-        let req = self.reqs.alloc(RecvReq::Recv {
-            seq,
-            n: n as u8,
+        let req = self.reqs.alloc(RecvReq {
             remaining: qps.len() as u16,
-            imm_sum: 0,
-            done: None,
-            arrived: 0,
+            kind: ReqKind::Recv {
+                seq,
+                done: Done {
+                    sizes: [0; MAX_RECVS],
+                    n,
+                },
+                arrived: 0,
+            },
         })?;
         self.seq += 1;
         self.posted += 1;
@@ -383,10 +391,12 @@ impl RecvCore {
     /// [`RecvCore::begin_flush`] of the byte at `target`, which a recovery reads again.
     pub fn begin_flush_of(&mut self, reads: u16, target: FlushTarget) -> Result<u32, CoreError> {
         self.health.check()?;
-        let req = self.reqs.alloc(RecvReq::Flush {
+        let req = self.reqs.alloc(RecvReq {
             remaining: reads.max(1),
-            reads: reads.max(1),
-            target,
+            kind: ReqKind::Flush {
+                reads: reads.max(1),
+                target,
+            },
         })?;
         self.health.counters.requests += 1;
         Ok(req)
@@ -423,50 +433,57 @@ impl RecvCore {
             return;
         }
         self.health.counters.completions += 1;
-        match WrId::decode(wr_id) {
-            WrId::Recv { req } => {
-                let Some(RecvReq::Recv {
-                    seq,
-                    n,
-                    remaining,
-                    imm_sum,
-                    done,
-                    arrived,
-                }) = self.reqs.get_mut(req)
-                else {
-                    return;
-                };
-                if done.is_some() || *remaining == 0 {
-                    return;
-                }
-                // The immediates of a group add up to the bytes its one buffer received, at
-                // most u32::MAX (what a request carries); a peer that claims more is held at
-                // u32::MAX rather than wrapped to a small size.
-                *imm_sum = imm_sum.saturating_add(imm);
+        // A receive's immediate, the common completion: one compare on the kind (no decode).
+        if let Some(req) = wr_id::recv_req(wr_id) {
+            let Some(RecvReq {
+                remaining,
+                kind: ReqKind::Recv { seq, done, arrived },
+            }) = self.reqs.get_mut(req)
+            else {
+                return;
+            };
+            if *remaining == 0 {
+                return;
+            }
+            // The immediates of a group add up to the bytes its one buffer received, at
+            // most u32::MAX (what a request carries); a peer that claims more is held at
+            // u32::MAX rather than wrapped to a small size.
+            done.sizes[0] = done.sizes[0].saturating_add(imm);
+            *remaining -= 1;
+            if *remaining > 0 {
+                // Which QPs delivered matters only while the group waits for others (what a
+                // recovery reports and reposts); a finished group is never asked.
                 *arrived |= 1u128 << (wr_id::recv_qp(wr_id) & 127);
-                *remaining -= 1;
-                if *remaining > 0 {
-                    return;
-                }
-                let n = usize::from(*n);
-                // One buffer (the common group): its size is the immediates' sum, no loop.
-                let (sizes, bytes) = if n == 1 {
-                    (Done::one(*imm_sum).sizes, u64::from(*imm_sum))
-                } else {
-                    let sizes = read_sizes(*seq, n);
-                    (sizes, sizes[..n].iter().map(|&s| u64::from(s)).sum::<u64>())
-                };
-                *done = Some(Done { sizes, n });
-                self.posted -= 1;
-                self.health.counters.messages += n as u64;
-                self.health.counters.bytes += bytes;
+                return;
             }
-            WrId::Flush { req } => {
-                if let Some(RecvReq::Flush { remaining, .. }) = self.reqs.get_mut(req) {
-                    *remaining = remaining.saturating_sub(1);
-                }
-            }
-            WrId::Cts { .. } | WrId::Send { .. } => {}
+            let n = done.n;
+            // One buffer (the common group): its size is the immediates' sum, no loop.
+            let bytes = if n == 1 {
+                u64::from(done.sizes[0])
+            } else {
+                done.sizes = read_sizes(*seq, n);
+                done.sizes[..n].iter().map(|&s| u64::from(s)).sum::<u64>()
+            };
+            self.posted -= 1;
+            self.health.counters.messages += n as u64;
+            self.health.counters.bytes += bytes;
+            return;
+        }
+        self.other_completion(wr_id);
+    }
+
+    /// A completion other than a receive's (a flush's read; a signaled clear-to-send write,
+    /// which only frees its slot in the send queue): out of line, so that the receive's path
+    /// stays one compare on the kind.
+    #[inline(never)]
+    fn other_completion(&mut self, wr_id: u64) {
+        if let WrId::Flush { req } = WrId::decode(wr_id)
+            && let Some(RecvReq {
+                remaining,
+                kind: ReqKind::Flush { .. },
+            }) = self.reqs.get_mut(req)
+        {
+            *remaining = remaining.saturating_sub(1);
         }
     }
 
@@ -474,11 +491,7 @@ impl RecvCore {
     /// the cheap question a waiting `test` asks before and after its poll.
     #[inline]
     pub fn is_pending(&self, req: u32) -> bool {
-        match self.reqs.get(req) {
-            Some(RecvReq::Recv { done, .. }) => done.is_none(),
-            Some(RecvReq::Flush { remaining, .. }) => *remaining != 0,
-            None => false,
-        }
+        self.reqs.get(req).is_some_and(|r| r.remaining != 0)
     }
 
     /// `test`: the request's result when it is done (the request is then freed).
@@ -505,19 +518,15 @@ impl RecvCore {
         // Inline (a call per finished request otherwise).
         let ready = {
             #[inline(always)]
-            |r: &RecvReq| match r {
-                RecvReq::Recv { done: Some(d), .. } => {
-                    on_done(d);
-                    true
+            |r: &RecvReq| {
+                if r.remaining != 0 {
+                    return false;
                 }
-                RecvReq::Recv { done: None, .. } => false,
-                RecvReq::Flush { remaining, .. } => {
-                    if *remaining != 0 {
-                        return false;
-                    }
-                    on_done(&Done::NOTHING);
-                    true
+                match &r.kind {
+                    ReqKind::Recv { done, .. } => on_done(done),
+                    ReqKind::Flush { .. } => on_done(&Done::NOTHING),
                 }
+                true
             }
         };
         self.reqs.free_if(req, ready)

@@ -80,6 +80,14 @@ pub fn send_in(wr_id: u64, epoch: u16) -> Option<u64> {
     (wr_id >> EPOCH_SHIFT == u64::from(epoch)).then_some(wr_id & PAYLOAD)
 }
 
+/// The request of a receive's `wr_id` (`WrId::Recv`, whatever its epoch and QP), else `None`:
+/// the common completion's kind in one compare, without [`WrId::decode`].
+#[inline(always)]
+pub fn recv_req(wr_id: u64) -> Option<u32> {
+    // The request index is the payload's low 32 bits (the QP index sits above it).
+    (wr_id >> KIND_SHIFT == 1).then_some(wr_id as u32)
+}
+
 /// The recovery epoch (modulo 256) a `wr_id` was posted in.
 pub fn epoch_of(wr_id: u64) -> u8 {
     ((wr_id >> EPOCH_SHIFT) & 0xff) as u8

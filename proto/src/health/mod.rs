@@ -153,6 +153,14 @@ impl CommHealth {
         !self.error.is_failed() && self.liveness.tick()
     }
 
+    /// [`CommHealth::look_due`] for a caller that knows the comm has not failed (it found no
+    /// failure before a poll that found nothing): the counter alone.
+    #[inline]
+    pub fn look_due_healthy(&mut self) -> bool {
+        debug_assert!(!self.error.is_failed());
+        self.liveness.tick()
+    }
+
     /// Counts `n` calls that waited without [`CommHealth::look_due`] (a retried `isend` answered
     /// without the comm's lock): the look they make due comes at the next waiting call.
     #[inline]

@@ -4,7 +4,7 @@
 //! announces every outstanding group once more. The rules are in [`crate::recovery`] and
 //! `docs/DESIGN.md`, "Recovery in place".
 
-use super::{CtsWrite, FlushTarget, RecvCore, RecvReq};
+use super::{CtsWrite, FlushTarget, RecvCore, RecvReq, ReqKind};
 use crate::comm::recovering::Recovering;
 use crate::comm::wr_id::WrId;
 use crate::health::CommHealth;
@@ -117,11 +117,9 @@ impl RecvCore {
         self.reqs
             .iter()
             .map(|(_, r)| match *r {
-                RecvReq::Recv {
-                    seq,
-                    done: None,
-                    arrived,
-                    ..
+                RecvReq {
+                    remaining: 1..,
+                    kind: ReqKind::Recv { seq, arrived, .. },
                 } => (self.layout.group_qps(seq).filter(|&q| q < 128))
                     .filter(|&q| arrived & (1u128 << q) == 0)
                     .count(),
@@ -140,11 +138,9 @@ impl RecvCore {
             .reqs
             .iter()
             .filter_map(|(_, r)| match *r {
-                RecvReq::Recv {
-                    seq,
-                    done: None,
-                    arrived,
-                    ..
+                RecvReq {
+                    remaining: 1..,
+                    kind: ReqKind::Recv { seq, arrived, .. },
                 } => Some(GroupArrivals { seq, arrived }),
                 _ => None,
             })
@@ -166,11 +162,9 @@ impl RecvCore {
         let mut flushes = Vec::new();
         for (req, r) in self.reqs.iter_mut() {
             match r {
-                RecvReq::Recv {
-                    seq,
-                    done: None,
-                    arrived,
-                    ..
+                RecvReq {
+                    remaining: 1..,
+                    kind: ReqKind::Recv { seq, arrived, .. },
                 } => {
                     let qps = self
                         .layout
@@ -185,10 +179,9 @@ impl RecvCore {
                         epoch,
                     });
                 }
-                RecvReq::Flush {
+                RecvReq {
                     remaining,
-                    reads,
-                    target,
+                    kind: ReqKind::Flush { reads, target },
                 } if *remaining > 0 => {
                     *remaining = *reads;
                     flushes.push((req, *target));
