@@ -19,6 +19,10 @@
 #   --lat-size B --bw-size B --window N    (defaults 8, 1M, 8)
 #   --dev NAME         device (default rxe0; the reference's first device starting with it)
 #   --out NAME         results folder name under $FERRO_GUEST_OUT (default versus)
+#   --yield            both plugins' runs sched_yield between polls that found nothing
+#                      (`ferro-bench --yield`; default: spin, as NCCL's proxy does). Under the
+#                      emulator the soft-RoCE work runs in the guest kernel on the same vCPUs,
+#                      so how often a waiting loop enters the kernel moves the ping-pong.
 # Results: $FERRO_GUEST_OUT/versus/ (host: target/guest-out/versus/): summary.txt, the CSV of
 # every run and its log.
 # Environment: FERRO_BENCH (default target/release/ferro-bench), FERRO_PLUGIN_SO.
@@ -40,9 +44,11 @@ bw_size=1M
 window=8
 dev=rxe0
 out_name=versus
+wait_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --reference) reference="$2"; shift 2 ;;
+    --yield) wait_args=(--yield); shift ;;
     --ref-env) ref_env="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --time) ftime="$2"; shift 2 ;;
@@ -108,8 +114,8 @@ for ((r = 1; r <= rounds; r++)); do
     else
       envs="$ref_env" plugin="$reference" d="$REF_DEV"
     fi
-    LAT[$tag,$r]="$(one "$tag" "$envs" "$plugin" "$d" "$tag-lat-r$r" lat --sizes "$lat_size" --post-ahead 0)"
-    BW[$tag,$r]="$(one "$tag" "$envs" "$plugin" "$d" "$tag-bw-r$r" bw --sizes "$bw_size" --window "$window")"
+    LAT[$tag,$r]="$(one "$tag" "$envs" "$plugin" "$d" "$tag-lat-r$r" lat --sizes "$lat_size" --post-ahead 0 "${wait_args[@]}")"
+    BW[$tag,$r]="$(one "$tag" "$envs" "$plugin" "$d" "$tag-bw-r$r" bw --sizes "$bw_size" --window "$window" "${wait_args[@]}")"
     log "round $r $tag: ${lat_size} B ping-pong one-way median ${LAT[$tag,$r]} us, ${bw_size} bandwidth ${BW[$tag,$r]} GB/s"
   done
 done
@@ -120,6 +126,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 
 say "Side by side, one boot, $rounds alternating rounds (odd rounds: Ferro first); Ferro: $PLUGIN"
 say "  ping-pong: ${lat_size} B, each receive posted just before its send (lat --post-ahead 0); one-way median, us"
 say "  bandwidth: ${bw_size} messages, ${window} in flight (bw --window $window); GB/s"
+say "  waiting: $(if ((${#wait_args[@]})); then echo "sched_yield between empty polls (--yield)"; else echo "spin (NCCL's proxy)"; fi)"
 say "$(printf '  %-6s %12s %12s %8s %12s %12s %8s' round 'lat ferro' 'lat ref' ratio 'bw ferro' 'bw ref' ratio)"
 lr="" br="" lf="" lref="" bf="" bref=""
 for ((r = 1; r <= rounds; r++)); do
