@@ -42,10 +42,9 @@ pub(super) trait CoreOps: Recovering + RecoverOps {
     /// The request's result when done (it is then freed), else the comm's failure
     /// (`ferro_proto::comm::test_outcome`).
     fn test(&mut self, req: u32) -> std::result::Result<Option<Done>, CoreError>;
-    /// The request's result if it is in flight and done (it is then freed), in one look-up:
-    /// what a `test` whose poll found completions asks first. `None` otherwise.
-    /// `on_done` handed the result where it lies, when done: whether it was (the request is
-    /// then freed).
+    /// Whether the request is in flight and done, in one look-up: when it is, `on_done` is
+    /// handed its result where it lies and the request is freed (what a `test` whose poll
+    /// found completions asks first).
     fn take_ready_with(&mut self, req: u32, on_done: impl FnOnce(&Done)) -> bool;
     fn health(&self) -> &CommHealth;
     fn health_mut(&mut self) -> &mut CommHealth;

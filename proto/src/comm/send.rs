@@ -591,12 +591,8 @@ impl SendCore {
     /// `test`: the request's result when it is done (the request is then freed).
     #[inline]
     pub fn take_done(&mut self, req: u32) -> Result<Option<Done>, CoreError> {
-        let s = *self.reqs.in_flight_mut(req)?;
-        if !s.done {
-            return Ok(None);
-        }
-        self.reqs.release(req);
-        Ok(Some(Done::one(s.size)))
+        self.reqs.in_flight_mut(req)?;
+        Ok(self.take_ready(req))
     }
 
     /// `test` of request `req` after the last poll ([`super::test_outcome`]): done (and freed)
