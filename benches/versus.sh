@@ -10,6 +10,11 @@
 #   - bandwidth, 1 MiB messages, 8 in flight (`ferro-bench bw --window 8 --sizes 1M`).
 # It prints every round's figures, the medians and the median of the per-round ratios
 # (Ferro / reference: a change of the host's speed between rounds cancels out).
+# Then the paired ping-pong: both plugins loaded in the same two processes, alternating blocks
+# of 100 round trips for rounds x time seconds each (`ferro-bench lat --against`), whose
+# figure is the median of the per-block ratios: a change of the host's speed that lasts longer
+# than a pair of blocks (tens of milliseconds) cancels out, which under the emulator the
+# rounds' seconds-apart runs cannot promise.
 #
 # Options:
 #   --reference PATH   the other plugin (required)
@@ -19,6 +24,7 @@
 #   --lat-size B --bw-size B --window N    (defaults 8, 1M, 8)
 #   --dev NAME         device (default rxe0; the reference's first device starting with it)
 #   --out NAME         results folder name under $FERRO_GUEST_OUT (default versus)
+#   --no-paired        skip the paired ping-pong
 #   --yield            both plugins' runs sched_yield between polls that found nothing
 #                      (`ferro-bench --yield`; default: spin, as NCCL's proxy does). Under the
 #                      emulator the soft-RoCE work runs in the guest kernel on the same vCPUs,
@@ -45,10 +51,12 @@ window=8
 dev=rxe0
 out_name=versus
 wait_args=()
+paired=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --reference) reference="$2"; shift 2 ;;
     --yield) wait_args=(--yield); shift ;;
+    --no-paired) paired=0; shift ;;
     --ref-env) ref_env="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --time) ftime="$2"; shift 2 ;;
@@ -138,4 +146,19 @@ done
 say "$(printf '  %-6s %12s %12s %8s %12s %12s %8s' median "$(median <<<"$lf")" "$(median <<<"$lref")" "$(median <<<"$lr")" "$(median <<<"$bf")" "$(median <<<"$bref")" "$(median <<<"$br")")"
 say "  (ratio = Ferro / reference per round; the median row's ratios are medians of the per-round ratios;"
 say "   latency: lower is better, bandwidth: higher is better)"
+if ((paired)); then
+  ptime="$(awk -v r="$rounds" -v t="$ftime" 'BEGIN { printf "%g", r * t }')"
+  rc=0
+  env $ref_env "$BENCH" lat --sizes "$lat_size" --post-ahead 0 "${wait_args[@]}" \
+    --plugin "$PLUGIN" --dev "$FERRO_DEV" --against "$reference" --against-dev "$REF_DEV" \
+    --time "$ptime" --csv "$OUT/paired.csv" -q >"$OUT/paired.txt" 2>"$OUT/paired.err" || rc=$?
+  if [[ "$rc" -ne 0 || ! -s "$OUT/paired.csv" ]]; then
+    log "paired ping-pong failed (status $rc):"
+    sed 's/^/    /' "$OUT/paired.err" >&2
+    failures=$((failures + 1))
+  else
+    say "Paired ping-pong (A = Ferro, B = reference, in the same two processes, ${ptime} s each):"
+    sed 's/^/  /' "$OUT/paired.txt" | tee -a "$SUMMARY"
+  fi
+fi
 [[ "$failures" -eq 0 ]] || { log "$failures run(s) failed"; exit 1; }

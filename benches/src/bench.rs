@@ -31,12 +31,7 @@ use std::time::{Duration, Instant};
 
 /// Runs the plan on the server and returns one row per size.
 pub(crate) fn server(s: &mut Session<'_>, plan: &Plan) -> Result<Vec<Row>> {
-    let (client_send, client_recv) = plan.buffers();
-    s.send_cmd(Cmd::Hello {
-        client_send,
-        client_recv,
-    })?;
-    s.alloc_data(client_recv, client_send)?;
+    hello(s, plan)?;
     let mut rows = Vec::new();
     let mut prior_rate: Option<f64> = None; // bytes/s of the previous size (bw)
     let mut prior_rtt: Option<(u64, f64)> = None; // (size, median round trip s) (lat)
@@ -90,6 +85,16 @@ pub(crate) fn server(s: &mut Session<'_>, plan: &Plan) -> Result<Vec<Row>> {
     }
     s.send_cmd(Cmd::Done)?;
     Ok(rows)
+}
+
+/// Tells the client the data buffers the plan needs and allocates this side's.
+pub(crate) fn hello(s: &mut Session<'_>, plan: &Plan) -> Result<()> {
+    let (client_send, client_recv) = plan.buffers();
+    s.send_cmd(Cmd::Hello {
+        client_send,
+        client_recv,
+    })?;
+    s.alloc_data(client_recv, client_send)
 }
 
 /// One bandwidth/rate measurement.
@@ -258,9 +263,9 @@ fn server_lat(
 const MIN_LAT_SAMPLES: u64 = 5;
 
 #[derive(Debug, Default)]
-struct Batch {
+pub(crate) struct Batch {
     /// Round trip of each iteration, seconds.
-    rtt: Vec<f64>,
+    pub(crate) rtt: Vec<f64>,
     /// Total time inside the successful isend call (and its "not yet" retries).
     isend_s: f64,
     /// Total time from the start of an iteration to the ping's send completion.
@@ -268,7 +273,7 @@ struct Batch {
 }
 
 /// `count` round trips with `ahead` echo receives posted ahead (0: each just before its ping).
-fn lat_batch(s: &mut Session<'_>, size: u64, count: u64, ahead: u64) -> Result<Batch> {
+pub(crate) fn lat_batch(s: &mut Session<'_>, size: u64, count: u64, ahead: u64) -> Result<Batch> {
     let ahead = ahead.min(LAT_DEPTH);
     s.send_cmd(Cmd::Lat { size, count, ahead })?;
     let net = s.net;
@@ -360,56 +365,65 @@ struct SendStats {
 /// Follows the server's commands until `Done`.
 pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
     let mut ctrl = s.post_cmd_recv()?;
-    loop {
-        let cmd = s.wait_cmd(ctrl)?;
-        match cmd {
-            Cmd::Hello {
-                client_send,
-                client_recv,
-            } => {
-                ctrl = s.post_cmd_recv()?;
-                s.alloc_data(client_send, client_recv)?;
-            }
-            Cmd::Bw {
-                size,
-                window,
-                slots,
-            } => {
-                ctrl = s.post_cmd_recv()?;
-                let before = s.net.stats(&s.send).call("ferroNetStats_v1")?;
-                let st = client_bw(s, size, window, slots, ctrl)?;
-                let after = s.net.stats(&s.send).call("ferroNetStats_v1")?;
-                s.send_report(before.zip(after).map(|(b, a)| deltas(&b, &a)))?;
-                if verbose {
-                    progress(&format!(
-                        "client: bw {}: {} isend 'not yet' answers, {} of {} passes with a full window, {} test calls, {:.1} us per pass",
-                        fmt_size(size),
-                        st.not_yet,
-                        st.window_full,
-                        st.passes,
-                        st.tests,
-                        st.elapsed_s * 1e6 / st.passes.max(1) as f64
-                    ));
-                }
-                ctrl = s.post_cmd_recv()?;
-            }
-            Cmd::Lat { size, count, ahead } => {
-                ctrl = client_lat(s, size, count, ahead.min(LAT_DEPTH), verbose)?;
-            }
-            Cmd::Comms { n, size, window } => {
-                ctrl = s.post_cmd_recv()?;
-                crate::comms::client(s, n, size, window, ctrl)?;
-                ctrl = s.post_cmd_recv()?;
-            }
-            Cmd::Scale { n, threads, stream } => {
-                crate::scale::client(s, n, threads, stream)?;
-                ctrl = s.post_cmd_recv()?;
-            }
-            Cmd::Go => return Err(Error::new("unexpected Go outside a scale phase")),
-            Cmd::Stop { .. } => return Err(Error::new("unexpected Stop outside a bw phase")),
-            Cmd::Done => return Ok(()),
-        }
+    while let Some(next) = client_step(s, ctrl, verbose)? {
+        ctrl = next;
     }
+    Ok(())
+}
+
+/// Waits for the server's next command on the control receive `ctrl` and carries it out;
+/// returns the control receive of the command after it, `None` after `Done`.
+pub(crate) fn client_step(s: &mut Session<'_>, ctrl: Req, verbose: bool) -> Result<Option<Req>> {
+    let mut ctrl = ctrl;
+    let cmd = s.wait_cmd(ctrl)?;
+    match cmd {
+        Cmd::Hello {
+            client_send,
+            client_recv,
+        } => {
+            ctrl = s.post_cmd_recv()?;
+            s.alloc_data(client_send, client_recv)?;
+        }
+        Cmd::Bw {
+            size,
+            window,
+            slots,
+        } => {
+            ctrl = s.post_cmd_recv()?;
+            let before = s.net.stats(&s.send).call("ferroNetStats_v1")?;
+            let st = client_bw(s, size, window, slots, ctrl)?;
+            let after = s.net.stats(&s.send).call("ferroNetStats_v1")?;
+            s.send_report(before.zip(after).map(|(b, a)| deltas(&b, &a)))?;
+            if verbose {
+                progress(&format!(
+                    "client: bw {}: {} isend 'not yet' answers, {} of {} passes with a full window, {} test calls, {:.1} us per pass",
+                    fmt_size(size),
+                    st.not_yet,
+                    st.window_full,
+                    st.passes,
+                    st.tests,
+                    st.elapsed_s * 1e6 / st.passes.max(1) as f64
+                ));
+            }
+            ctrl = s.post_cmd_recv()?;
+        }
+        Cmd::Lat { size, count, ahead } => {
+            ctrl = client_lat(s, size, count, ahead.min(LAT_DEPTH), verbose)?;
+        }
+        Cmd::Comms { n, size, window } => {
+            ctrl = s.post_cmd_recv()?;
+            crate::comms::client(s, n, size, window, ctrl)?;
+            ctrl = s.post_cmd_recv()?;
+        }
+        Cmd::Scale { n, threads, stream } => {
+            crate::scale::client(s, n, threads, stream)?;
+            ctrl = s.post_cmd_recv()?;
+        }
+        Cmd::Go => return Err(Error::new("unexpected Go outside a scale phase")),
+        Cmd::Stop { .. } => return Err(Error::new("unexpected Stop outside a bw phase")),
+        Cmd::Done => return Ok(None),
+    }
+    Ok(Some(ctrl))
 }
 
 /// The counters a bw phase reports, as deltas: send posts, receive posts, clear-to-send

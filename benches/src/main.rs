@@ -10,6 +10,7 @@ mod compare;
 mod counted;
 mod error;
 mod model;
+mod pair;
 mod plan;
 mod plugin;
 mod progress;
@@ -34,72 +35,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 use units::parse_size;
 
-const USAGE: &str = "\
-ferro-bench: micro-benchmark of an ncclNet v8 plugin between two processes
-
-usage:
-  ferro-bench [run] bw|lat|rate|comms|scale [opts]
-                                            both sides: this process serves and measures,
-                                            a child process of itself is the client
-  ferro-bench server MODE [options]          listen, print the 128-byte handle (hex) as the
-                                            first line of stdout, measure, print the table
-  ferro-bench client [--handle HEX] [opts]  connect to a server (handle from --handle, or the
-                                            first line of stdin) and follow its commands
-  ferro-bench devices [opts]                list the plugin's devices
-  ferro-bench report --dir DIR              perftest comparison report (see benches/compare.sh)
-
-modes:
-  bw    unidirectional send -> recv, --window messages in flight; GB/s (1e9 B) and msg/s,
-        timed on the receiver from the first to the last completion
-  lat   ping-pong (send, then receive the echo); median and p99 one-way latency (half the
-        round trip)
-  rate  message rate of small messages (default sizes 8..4096, window 32)
-  comms --comms N comms (default 16) driven round-robin by one thread on each side, as one
-        NCCL proxy thread drives many channels; aggregate message rate (default size 8)
-  scale for each N, N comms each way opened with --connect-threads threads at once, then
-        driven round-robin by one thread per side: connect/accept times, memory (RSS,
-        VmLck, VmPin), fds and verbs objects (rdma resource show) per comm, the cost of test
-        on idle comms and of a sweep over all N, 8-byte and large messages streamed over all
-        N both ways (verified), teardown; both sides' figures on the server
-
-scale options (server / run):
-  --comms a,b,c      N values (default 16,256,1024,4096)
-  --connect-threads T   threads opening comms at once, per process (default 4)
-  --small-per-comm K 8-byte messages per comm and direction (default 4)
-  --big-size SIZE    large message size (default 1M); --big-per-comm K (default 1)
-  --window N         messages in flight per comm (default 2)
-  --verbs 0|1        count verbs objects with `rdma resource show` (default 1)
-  --svg FILE         plot of the cost per comm against N
-  --count-sweeps K   after the timed sweeps, K more over the N idle receives for an
-                     instruction counter (benches/count_sweeps.sh runs it under callgrind)
-
-options (both sides):
-  --plugin PATH      plugin .so (default: $FERRO_PLUGIN_SO, else libnccl_net_ferro.so next to
-                     this executable, i.e. target/<profile>/libnccl_net_ferro.so)
-  --dev NAME         device (default rxe0)
-  --qps N            sets NCCL_IB_QPS_PER_CONNECTION for both processes
-  --split 0|1        sets NCCL_IB_SPLIT_DATA_ON_QPS for both processes
-  --timeout SECS     give up when nothing progresses for this long (default 120)
-  --yield            sched_yield between empty polls (default: busy-poll like NCCL)
-  --pace-us N        bw: sleep N us before each data-path isend and test (outside the calls),
-                     so that nearly every call finds its work ready: an instruction count of
-                     the calls that do the work, with few that wait (benches/count.sh --pace-us)
-  -q, --quiet        no progress on stderr
-  -v, --verbose      more progress (sender counters per size, lat phase times)
-
-options (server / run):
-  --min SIZE --max SIZE   size range, powers of 2 (default 8 .. 64M; rate: 8 .. 4K)
-  --sizes a,b,c      explicit sizes (suffixes K, M, G = KiB, MiB, GiB)
-  --window N         receives in flight for bw/rate, 1..32 (default 32)
-  --time SECS        time target per size (default 1.0); big sizes send fewer messages
-  --iters N          cap on measured messages / round trips per size
-  --warmup N         lat: warm-up round trips per size (default 3)
-  --post-ahead N     lat: receives each side keeps posted ahead, 0..2 (default 2); 0 posts
-                     each receive just before the send before it (NCCL's proxy when not ahead)
-  --json FILE        write the results as JSON
-  --csv FILE         write the results as CSV
-  --label TEXT       stored with the results (e.g. a run number)
-";
+/// `ferro-bench --help`.
+const USAGE: &str = include_str!("usage.txt");
 
 #[derive(Debug, Clone)]
 struct Common {
@@ -111,6 +48,9 @@ struct Common {
     yield_cpu: bool,
     /// `--pace-us`: the pause before each data-path call of `bw`, in microseconds.
     pace_us: u64,
+    /// `--against PATH`, `--against-dev NAME`: the second plugin of a paired `lat` run.
+    against: Option<PathBuf>,
+    against_dev: Option<String>,
     quiet: bool,
     verbose: bool,
 }
@@ -130,6 +70,8 @@ struct BenchOpts {
     label: String,
     comms: usize,
     post_ahead: u64,
+    /// `--block`: round trips per block of a paired `lat` run (`--against`).
+    block: u64,
     /// The scale mode and its options (it has its own measurement loop and output).
     scale: Option<Box<scale::Opts>>,
 }
@@ -168,6 +110,8 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
         timeout_s: 120.0,
         yield_cpu: false,
         pace_us: 0,
+        against: None,
+        against_dev: None,
         quiet: false,
         verbose: false,
     };
@@ -212,6 +156,7 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
         label: String::new(),
         comms: 16,
         post_ahead: plan::LAT_DEPTH,
+        block: 100,
         scale: is_scale.then(Box::default),
     };
     let mut handle = None;
@@ -270,6 +215,8 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
             "--timeout" => common.timeout_s = num(&opt, &val)?,
             "--yield" => common.yield_cpu = true,
             "--pace-us" => common.pace_us = num(&opt, &val)?,
+            "--against" => common.against = Some(PathBuf::from(val)),
+            "--against-dev" => common.against_dev = Some(val),
             "-q" | "--quiet" => common.quiet = true,
             "-v" | "--verbose" => common.verbose = true,
             "--handle" if kind == "client" => handle = Some(val),
@@ -322,6 +269,13 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
             "--warmup" => {
                 bench_only(&opt)?;
                 opts.warmup = num(&opt, &val)?;
+            }
+            "--block" => {
+                bench_only(&opt)?;
+                opts.block = num(&opt, &val)?;
+                if opts.block == 0 {
+                    return Err(Error::new("--block must be at least 1"));
+                }
             }
             "--post-ahead" => {
                 bench_only(&opt)?;
@@ -446,9 +400,12 @@ fn apply_env(c: &Common) -> (u32, u32) {
 }
 
 fn load(c: &Common) -> Result<Net> {
-    let path = plugin_path(c)?;
+    load_at(&plugin_path(c)?)
+}
+
+fn load_at(path: &std::path::Path) -> Result<Net> {
     let t = Instant::now();
-    let n = plugin::load(&path).map_err(|e| {
+    let n = plugin::load(path).map_err(|e| {
         e.context("loading the plugin (build it with `cargo build --release -p nccl-net-plugin`, or pass --plugin / FERRO_PLUGIN_SO)")
     })?;
     plugin::init(&n)?;
@@ -487,6 +444,12 @@ fn spawn_client(c: &Common, plugin: &std::path::Path) -> Result<Child> {
     if c.pace_us > 0 {
         cmd.arg("--pace-us").arg(c.pace_us.to_string());
     }
+    if let Some(p) = &c.against {
+        cmd.arg("--against").arg(p);
+    }
+    if let Some(d) = &c.against_dev {
+        cmd.arg("--against-dev").arg(d);
+    }
     if c.quiet {
         cmd.arg("--quiet");
     }
@@ -509,6 +472,9 @@ fn pass_handle(child: &mut Child, hex: &str) -> Result<()> {
 }
 
 fn serve(c: &Common, o: &BenchOpts, spawn: bool) -> Result<()> {
+    if let Some(against) = &c.against {
+        return pair::serve(c, o, against, spawn);
+    }
     let sizes = sizes_of(o)?;
     let (qps, split) = apply_env(c);
     let mut early = if spawn {
@@ -550,7 +516,16 @@ fn serve(c: &Common, o: &BenchOpts, spawn: bool) -> Result<()> {
         None
     };
     let result = serve_inner(c, o, &net, dev, listen, &sizes, (qps, split), child.clone());
-    if let Some(ch) = child {
+    match child {
+        Some(ch) => reap_client(&ch, result),
+        None => result,
+    }
+}
+
+/// After the server's work (`result`): waits for the client process to exit (within 60 s), or
+/// stops it when the work failed (saying so when the client died first: that is the cause).
+fn reap_client(ch: &RefCell<Child>, result: Result<()>) -> Result<()> {
+    {
         let mut ch = ch.borrow_mut();
         if let Err(e) = result {
             // Say so when the client died first (that is then the cause); otherwise stop it:
@@ -582,6 +557,18 @@ fn serve(c: &Common, o: &BenchOpts, spawn: bool) -> Result<()> {
     result
 }
 
+/// The waiting loops' check of the client process: an error once it exited with a failure.
+fn peer_check(ch: Rc<RefCell<Child>>) -> PeerCheck {
+    Box::new(move || match ch.borrow_mut().try_wait() {
+        // A clean exit only happens after `Done`; the plugin notices anything else.
+        Ok(Some(st)) if !st.success() => {
+            Err(Error::new(format!("the client process exited ({st})")))
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::new(format!("checking the client process: {e}"))),
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn serve_inner(
     c: &Common,
@@ -593,16 +580,7 @@ fn serve_inner(
     (qps, split): (u32, u32),
     child: Option<Rc<RefCell<Child>>>,
 ) -> Result<()> {
-    let peer: Option<PeerCheck> = child.map(|ch| -> PeerCheck {
-        Box::new(move || match ch.borrow_mut().try_wait() {
-            // A clean exit only happens after `Done`; the plugin notices anything else.
-            Ok(Some(st)) if !st.success() => {
-                Err(Error::new(format!("the client process exited ({st})")))
-            }
-            Ok(_) => Ok(()),
-            Err(e) => Err(Error::new(format!("checking the client process: {e}"))),
-        })
-    });
+    let peer: Option<PeerCheck> = child.map(peer_check);
     let dev_name = dev.name.clone();
     let dev_speed = dev.speed_mbps;
     let mut s = session::Session::accept(net, dev, listen, wait_cfg(c), peer)?;
@@ -687,6 +665,9 @@ fn serve_scale(
 }
 
 fn client(c: &Common, handle: Option<String>) -> Result<()> {
+    if let Some(against) = &c.against {
+        return pair::client(c, against);
+    }
     // The plugin is loaded before the handle is read: in the orchestrated mode the server is
     // loading it at the same time and passes the handle when it listens.
     let given = match handle {

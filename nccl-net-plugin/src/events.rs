@@ -231,17 +231,20 @@ impl DeviceEvents {
         self.drain(true);
     }
 
-    /// Reads pending events (unless another comm is reading them right now), then says why a
-    /// comm on `port` whose QPs are those for which `uses_qp` is true, with the CQ at `cq`,
-    /// cannot go on, if it cannot ([`DeviceHealth::verdict_for`]). Allocates nothing unless it
-    /// has something to say.
+    /// Reads pending events if `read` (unless another comm is reading them right now), then
+    /// says why a comm on `port` whose QPs are those for which `uses_qp` is true, with the CQ
+    /// at `cq`, cannot go on, if it cannot ([`DeviceHealth::verdict_for`]). Allocates nothing
+    /// unless it has something to say.
     pub fn verdict(
         &self,
+        read: bool,
         port: u8,
         uses_qp: impl Fn(u32) -> bool,
         cq: usize,
     ) -> Option<DeviceFault> {
-        self.drain(false);
+        if read {
+            self.drain(false);
+        }
         self.book.verdict(port, uses_qp, cq)
     }
 }

@@ -16,6 +16,17 @@
 #   FERRO_TESTBED_MEMORY   guest memory (default 8G: the 2.1 GiB message test holds two
 #                          such buffers in two processes; TCG allocates it lazily)
 #   FERRO_TESTBED_CPUS     guest CPUs (default 2)
+#   FERRO_TESTBED_APPEND   kernel options for the guest, space-separated (default
+#                          "tsc=reliable"; set it empty for none). Under TCG the kernel
+#                          distrusts the TSC and falls back to the HPET, and every clock read
+#                          in the guest becomes a system call and an emulated device read
+#                          that takes QEMU's global lock; with the TSC, clock_gettime stays
+#                          in the vDSO, as on hardware.
+#   FERRO_TESTBED_QEMU_OPTS  extra QEMU options, space-separated words (default
+#                          "-global virtio-serial-pci.max_ports=2": vng adds seven
+#                          virtio-serial devices of one port each, and at the default of 31
+#                          ports each QEMU's main loop polls some 390 descriptors every time it
+#                          wakes, a host CPU's fifth taken from the two vCPUs; 2 ports: 42)
 #   FERRO_GUEST_OUT        results folder, writable from the guest (default <repo>/target/guest-out)
 #   FERRO_GUEST_ENV        extra variable names to pass into the guest (space-separated)
 # Variables named FERRO_*, RUST_*, NCCL_* and CARGO_* are passed into the guest as they are.
@@ -103,8 +114,16 @@ memory="${FERRO_TESTBED_MEMORY:-8G}"
 cpus="${FERRO_TESTBED_CPUS:-2}"
 vng_args=(--run "$kernel" --user root --disable-kvm --memory "$memory" --cpus "$cpus"
   --rwdir "$out" --cwd "$REPO" --exec "bash $(sq "$cmdfile")")
+qemu_opts="${FERRO_TESTBED_QEMU_OPTS--global virtio-serial-pci.max_ports=2}"
+kernel_opts="${FERRO_TESTBED_APPEND-tsc=reliable}"
+for opt in $qemu_opts; do
+  vng_args+=(--qemu-opts="$opt")
+done
+for opt in $kernel_opts; do
+  vng_args+=(--append "$opt")
+done
 
-log "booting guest: $(basename "$kernel"), TCG, $memory, $cpus CPUs, timeout ${timeout_s}s"
+log "booting guest: $(basename "$kernel"), TCG, $memory, $cpus CPUs, timeout ${timeout_s}s${kernel_opts:+, kernel options: $kernel_opts}"
 log "results folder: $out (FERRO_GUEST_OUT)"
 start=$SECONDS
 

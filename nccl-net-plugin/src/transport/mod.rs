@@ -23,6 +23,7 @@
 //! ready, `isend`/`irecv` return no request when they must wait (NCCL calls again).
 
 mod access;
+mod clock;
 mod comm;
 mod cts;
 mod endpoint;

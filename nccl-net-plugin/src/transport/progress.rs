@@ -20,9 +20,7 @@ use ferro_proto::fifo;
 use ferro_proto::health::{FailedCompletion, Look, PeerGone, Socket, Verdict, verdict};
 use ferro_verbs::sys::*;
 use std::io::{ErrorKind, Read};
-use std::sync::OnceLock;
 use std::sync::atomic::{Ordering, fence};
-use std::time::{Duration, Instant};
 
 /// One step of a recovery in place for either side's core, executed by the transport (each side
 /// is implemented in `super::recovery`).
@@ -103,11 +101,7 @@ core_ops!(RecvCore, false, {
 /// Completions taken from a CQ per `ibv_poll_cq` call (the loop polls again while they fill it).
 const WCS_PER_POLL: usize = 16;
 
-/// The time since the plugin first looked at the clock: the watchdog's and recovery's time base.
-pub(super) fn now() -> Duration {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed()
-}
+pub(super) use super::clock::now;
 
 /// Hands a successful completion of a send comm's CQ to its core (inlined into the poll of
 /// `test`, like the receiver's).
@@ -347,13 +341,18 @@ impl Comm {
     #[inline(never)]
     fn look<C: CoreOps>(&self, core: &mut C, mut on_wc: impl FnMut(&mut C, &ibv_wc)) {
         super::cts::flush_others(self);
+        let now = now();
+        let recovering = core.recovery().is_stopped();
+        // The peer's connection and the device's events are system calls: read at most once a
+        // millisecond (`GatherPace`); the looks in between judge what was recorded already.
         // The events are read (and each logged) whatever the policy then makes of them.
+        let read = core.health_mut().gather_due(now, recovering);
         let look = Look {
-            device: self.ep.device_verdict(),
-            socket: self.socket(),
-            now: now(),
+            device: self.ep.device_verdict(read),
+            socket: if read { self.socket() } else { Socket::Quiet },
+            now,
             waiting: core.is_waiting(),
-            recovering: core.recovery().is_stopped(),
+            recovering,
             member_back: self.ep.member_back(),
         };
         let v = core.health_mut().decide(look);

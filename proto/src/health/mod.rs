@@ -9,7 +9,8 @@
 //!   the device can go on ([`device`]);
 //! - [`CommHealth`]: one comm's sticky error (the first failure wins, [`Sticky`]), the counter of
 //!   waiting calls that paces the periodic look ([`LivenessCounter`], every
-//!   [`LIVENESS_EVERY`] calls), the stall [`watchdog`], the comm's counters, its setting of
+//!   [`LIVENESS_EVERY`] calls), the pace of the look's system calls ([`GatherPace`], at most
+//!   once per [`GATHER_EVERY`]), the stall [`watchdog`], the comm's counters, its setting of
 //!   `NCCL_IB_RETURN_ASYNC_EVENTS`, and [`CommHealth::decide`]: the order of checks at a look;
 //! - the wording of every fault message and stall warning ([`verdict`]).
 //!
@@ -72,6 +73,38 @@ fn copy_of(f: &Failure) -> Failure {
 /// machines. NCCL's progress thread calls continuously while it waits, so this is frequent.
 pub const LIVENESS_EVERY: u32 = 256;
 
+/// The shortest time between two looks of one comm that read the peer's out-of-band connection
+/// and the device's events (system calls both). Looks come every [`LIVENESS_EVERY`] waiting
+/// calls, which on a fast link is every few microseconds; reading the world once a millisecond
+/// keeps a dead peer, a failure notice or a port event noticed within that millisecond (the
+/// stall watchdog and the recovery work in seconds), without a system call every few
+/// microseconds on the data path.
+pub const GATHER_EVERY: Duration = Duration::from_millis(1);
+
+/// Says which looks of a comm read the peer's connection and the device's events: the first,
+/// and after that one per [`GATHER_EVERY`]. Looks in between decide on the clock and on what
+/// was recorded already (device events another comm read, messages already received).
+#[derive(Debug, Default)]
+pub struct GatherPace {
+    /// The earliest time of the next reading look; `None` before the first.
+    next: Option<Duration>,
+}
+
+impl GatherPace {
+    /// At a look at time `now`: whether this look reads (and if so, the next one waits
+    /// [`GATHER_EVERY`]). A clock that went back (it does not) reads at once.
+    #[inline]
+    pub fn due(&mut self, now: Duration) -> bool {
+        match self.next {
+            Some(next) if now < next && next - now <= GATHER_EVERY => false,
+            _ => {
+                self.next = Some(now + GATHER_EVERY);
+                true
+            }
+        }
+    }
+}
+
 /// Counts waiting calls and says when the comm should look at the world.
 #[derive(Debug, Default)]
 pub struct LivenessCounter(u32);
@@ -104,6 +137,7 @@ impl LivenessCounter {
 pub struct CommHealth {
     error: Sticky,
     liveness: LivenessCounter,
+    gather: GatherPace,
     watchdog: watchdog::Watchdog,
     /// `NCCL_IB_RETURN_ASYNC_EVENTS`: `true` (1, the default) when the device's events fail the
     /// comms they affect; `false` (0) when they are only logged.
@@ -119,6 +153,7 @@ impl Default for CommHealth {
         CommHealth {
             error: Sticky::default(),
             liveness: LivenessCounter::default(),
+            gather: GatherPace::default(),
             watchdog: watchdog::Watchdog::new(Duration::ZERO),
             return_async_events: true,
             recover_in_place: false,
@@ -166,6 +201,14 @@ impl CommHealth {
     #[inline]
     pub fn add_waits(&mut self, n: u32) {
         self.liveness.add(n);
+    }
+
+    /// At a look at time `now`: whether it reads the peer's connection and the device's events
+    /// ([`GatherPace`]); always while the comm recovers (`recovering`: its handshake with the
+    /// peer goes over that connection).
+    #[inline]
+    pub fn gather_due(&mut self, now: Duration, recovering: bool) -> bool {
+        self.gather.due(now) || recovering
     }
 
     /// Enables the stall watchdog: a stall is reported after `threshold` without progress.

@@ -80,6 +80,40 @@ fn a_look_is_due_every_256_waiting_calls_and_never_after_the_comm_failed() {
 }
 
 #[test]
+fn a_look_reads_the_world_at_first_and_then_once_a_millisecond() {
+    let mut g = GatherPace::default();
+    let us = Duration::from_micros;
+    assert!(g.due(us(5_000)), "the first look reads");
+    assert!(!g.due(us(5_000)));
+    assert!(!g.due(us(5_999)));
+    assert!(g.due(us(6_000)), "one millisecond later");
+    assert!(!g.due(us(6_500)));
+    // Looks far apart each read.
+    assert!(g.due(us(60_000)));
+    assert!(g.due(us(61_000)));
+}
+
+#[test]
+fn a_clock_that_went_back_does_not_stop_the_reading_looks() {
+    let mut g = GatherPace::default();
+    assert!(g.due(Duration::from_secs(10)));
+    // A time far before the last reading look: read now rather than wait for the clock to
+    // come back.
+    assert!(g.due(Duration::from_secs(1)));
+    assert!(!g.due(Duration::from_secs(1)));
+}
+
+#[test]
+fn a_recovering_comm_reads_at_every_look() {
+    let mut h = CommHealth::default();
+    let t = Duration::from_secs(3);
+    assert!(h.gather_due(t, false));
+    assert!(!h.gather_due(t, false));
+    assert!(h.gather_due(t, true));
+    assert!(h.gather_due(t, true));
+}
+
+#[test]
 fn a_quiet_comm_that_moves_continues() {
     let mut h = health(60);
     assert_eq!(h.decide(look(0, None, Socket::Quiet)), Verdict::Continue);

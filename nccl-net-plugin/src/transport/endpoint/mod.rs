@@ -428,15 +428,21 @@ impl Endpoint {
     }
 
     /// Why this endpoint cannot go on, from its member devices' asynchronous events (a port
-    /// went down, one of its QPs or CQs failed, a device failed), if it cannot. A member its QPs
+    /// went down, one of its QPs or CQs failed, a device failed), if it cannot; `read`: the
+    /// pending events are read first, else only those recorded already count. A member its QPs
     /// failed over from is not asked (its port is down: that is why they moved).
-    pub(super) fn device_verdict(&self) -> Option<DeviceFault> {
+    pub(super) fn device_verdict(&self, read: bool) -> Option<DeviceFault> {
         self.rails.iter().enumerate().find_map(|(m, r)| {
             if self.is_down(m) {
                 return None;
             }
             r.events
-                .verdict(r.dev.port, |qpn| self.owns_qp(qpn), r.cq.as_ptr() as usize)
+                .verdict(
+                    read,
+                    r.dev.port,
+                    |qpn| self.owns_qp(qpn),
+                    r.cq.as_ptr() as usize,
+                )
                 .map(|fault| {
                     if self.vdev.is_virtual {
                         fault.of_member(&r.dev.ibdev, r.dev.port, &self.vdev.name)
