@@ -10,9 +10,9 @@
 #   - bandwidth, 1 MiB messages, 8 in flight (`ferro-bench bw --window 8 --sizes 1M`).
 # It prints every round's figures, the medians and the median of the per-round ratios
 # (Ferro / reference: a change of the host's speed between rounds cancels out).
-# Then the paired ping-pong: both plugins loaded in the same two processes, alternating blocks
-# of 100 round trips for rounds x time seconds each (`ferro-bench lat --against`), whose
-# figure is the median of the per-block ratios: a change of the host's speed that lasts longer
+# Then the paired ping-pong and bandwidth: both plugins loaded in the same two processes,
+# alternating blocks (100 round trips; 8 messages) for rounds x time seconds each
+# (`ferro-bench lat|bw --against`), whose figure is the median of the per-block ratios: a change of the host's speed that lasts longer
 # than a pair of blocks (tens of milliseconds) cancels out, which under the emulator the
 # rounds' seconds-apart runs cannot promise.
 #
@@ -24,7 +24,7 @@
 #   --lat-size B --bw-size B --window N    (defaults 8, 1M, 8)
 #   --dev NAME         device (default rxe0; the reference's first device starting with it)
 #   --out NAME         results folder name under $FERRO_GUEST_OUT (default versus)
-#   --no-paired        skip the paired ping-pong
+#   --no-paired        skip the paired runs
 #   --yield            both plugins' runs sched_yield between polls that found nothing
 #                      (`ferro-bench --yield`; default: spin, as NCCL's proxy does). Under the
 #                      emulator the soft-RoCE work runs in the guest kernel on the same vCPUs,
@@ -159,6 +159,18 @@ if ((paired)); then
   else
     say "Paired ping-pong (A = Ferro, B = reference, in the same two processes, ${ptime} s each):"
     sed 's/^/  /' "$OUT/paired.txt" | tee -a "$SUMMARY"
+  fi
+  rc=0
+  env $ref_env "$BENCH" bw --sizes "$bw_size" --window "$window" "${wait_args[@]}" \
+    --plugin "$PLUGIN" --dev "$FERRO_DEV" --against "$reference" --against-dev "$REF_DEV" \
+    --time "$ptime" --csv "$OUT/paired-bw.csv" -q >"$OUT/paired-bw.txt" 2>"$OUT/paired-bw.err" || rc=$?
+  if [[ "$rc" -ne 0 || ! -s "$OUT/paired-bw.csv" ]]; then
+    log "paired bandwidth failed (status $rc):"
+    sed 's/^/    /' "$OUT/paired-bw.err" >&2
+    failures=$((failures + 1))
+  else
+    say "Paired bandwidth (A = Ferro, B = reference, blocks of 8 messages, ${ptime} s each):"
+    sed 's/^/  /' "$OUT/paired-bw.txt" | tee -a "$SUMMARY"
   fi
 fi
 [[ "$failures" -eq 0 ]] || { log "$failures run(s) failed"; exit 1; }

@@ -98,7 +98,12 @@ pub(crate) fn hello(s: &mut Session<'_>, plan: &Plan) -> Result<()> {
 }
 
 /// One bandwidth/rate measurement.
-fn server_bw(s: &mut Session<'_>, plan: &Plan, size: u64, prior_rate: Option<f64>) -> Result<Row> {
+pub(crate) fn server_bw(
+    s: &mut Session<'_>,
+    plan: &Plan,
+    size: u64,
+    prior_rate: Option<f64>,
+) -> Result<Row> {
     let window = plan.window.max(1);
     let slots = plan.slots(size);
     let before = s.net.stats(&s.recv).call("ferroNetStats_v1")?;
@@ -373,9 +378,15 @@ pub(crate) fn client(s: &mut Session<'_>, verbose: bool) -> Result<()> {
 
 /// Waits for the server's next command on the control receive `ctrl` and carries it out;
 /// returns the control receive of the command after it, `None` after `Done`.
-pub(crate) fn client_step(s: &mut Session<'_>, ctrl: Req, verbose: bool) -> Result<Option<Req>> {
-    let mut ctrl = ctrl;
+fn client_step(s: &mut Session<'_>, ctrl: Req, verbose: bool) -> Result<Option<Req>> {
     let cmd = s.wait_cmd(ctrl)?;
+    client_exec(s, cmd, verbose)
+}
+
+/// Carries out `cmd`, the server's command that arrived (its control receive completed);
+/// returns the control receive of the command after it, `None` after `Done`.
+pub(crate) fn client_exec(s: &mut Session<'_>, cmd: Cmd, verbose: bool) -> Result<Option<Req>> {
+    let mut ctrl;
     match cmd {
         Cmd::Hello {
             client_send,

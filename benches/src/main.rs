@@ -70,7 +70,8 @@ struct BenchOpts {
     label: String,
     comms: usize,
     post_ahead: u64,
-    /// `--block`: round trips per block of a paired `lat` run (`--against`).
+    /// `--block`: round trips (lat) or messages (bw) per block of a paired run (`--against`);
+    /// 0 when not given (100 round trips, 8 messages).
     block: u64,
     /// The scale mode and its options (it has its own measurement loop and output).
     scale: Option<Box<scale::Opts>>,
@@ -156,7 +157,7 @@ fn parse_args(args: Vec<String>) -> Result<(Action, Common)> {
         label: String::new(),
         comms: 16,
         post_ahead: plan::LAT_DEPTH,
-        block: 100,
+        block: 0,
         scale: is_scale.then(Box::default),
     };
     let mut handle = None;

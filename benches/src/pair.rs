@@ -5,20 +5,21 @@
 //! host core for a while, QEMU's own threads), by up to 2x; runs of one plugin after the other,
 //! seconds apart, each see a different host. Here both plugins are loaded in both processes
 //! (`dlopen(RTLD_LOCAL)` keeps them apart), each with its own pair of connections, and the
-//! server alternates: a block of `--block` round trips on the first plugin, then one on the
-//! second, for the time target of both. The figure of merit is the median over the block pairs
-//! of the ratio of the two blocks' median one-way latencies: a change of speed that lasts
-//! longer than a block pair (tens of milliseconds) cancels out of it.
+//! server alternates: a block of `--block` round trips on one plugin, then one on the other
+//! (the first plugin first in even pairs, the second first in odd ones, so that neither always
+//! runs right after the switch), for the time target of both. The figure of merit is the median
+//! over the block pairs of the ratio of the two blocks' median one-way latencies: a change of
+//! speed that lasts longer than a block pair (tens of milliseconds) cancels out of it.
 //!
-//! The client follows the two control channels in the same strict order (one command on the
-//! first plugin's connection, then one on the second's), which the server keeps.
+//! The server sends one command at a time and waits for it to be carried out; the client
+//! carries out whichever of its two control receives completes.
 
 use crate::bench::{self, lat_batch};
 use crate::error::{Error, Result};
-use crate::model::{LatStats, median, percentile};
+use crate::model::{LatStats, Mode, median, percentile};
 use crate::plan::Plan;
 use crate::progress::progress;
-use crate::session::{self, Cmd, Session};
+use crate::session::{self, Cmd, IdleWatch, Session};
 use crate::units::fmt_size;
 use crate::{BenchOpts, Common, plugin};
 use ferro_nccl_standin::{Handle, NcclExt as _, Net};
@@ -40,14 +41,23 @@ pub(crate) struct PairRow {
     pub(crate) block: u64,
     pub(crate) a: LatStats,
     pub(crate) b: LatStats,
-    pub(crate) a_p10_us: f64,
-    pub(crate) b_p10_us: f64,
+    pub(crate) a_p10: f64,
+    pub(crate) b_p10: f64,
     /// Median of block `i` of the first plugin over median of block `i` of the second.
     pub(crate) ratios: Vec<f64>,
+    /// Bandwidth (higher is better) rather than latency.
+    pub(crate) higher_is_better: bool,
 }
 
 impl PairRow {
-    fn new(size: u64, block: u64, a: &[f64], b: &[f64], ratios: Vec<f64>) -> PairRow {
+    fn new(
+        size: u64,
+        block: u64,
+        a: &[f64],
+        b: &[f64],
+        ratios: Vec<f64>,
+        higher_is_better: bool,
+    ) -> PairRow {
         let p10 = |v: &[f64]| {
             let mut s = v.to_vec();
             s.sort_by(f64::total_cmp);
@@ -58,9 +68,10 @@ impl PairRow {
             block,
             a: LatStats::from_samples(a),
             b: LatStats::from_samples(b),
-            a_p10_us: p10(a),
-            b_p10_us: p10(b),
+            a_p10: p10(a),
+            b_p10: p10(b),
             ratios,
+            higher_is_better,
         }
     }
 
@@ -76,17 +87,25 @@ impl PairRow {
         (percentile(&s, 25.0), percentile(&s, 75.0))
     }
 
-    /// Block pairs in which the first plugin's median was below the second's.
-    pub(crate) fn a_below(&self) -> usize {
-        self.ratios.iter().filter(|&&r| r < 1.0).count()
+    /// Block pairs in which the first plugin did better: a lower median latency, a higher
+    /// bandwidth.
+    pub(crate) fn a_ahead(&self) -> usize {
+        let ahead = |r: f64| {
+            if self.higher_is_better {
+                r > 1.0
+            } else {
+                r < 1.0
+            }
+        };
+        self.ratios.iter().filter(|&&r| ahead(r)).count()
     }
 }
 
 /// The server of a paired run: starts the client, loads both plugins, connects both, measures
 /// and reports.
 pub(crate) fn serve(c: &Common, o: &BenchOpts, against: &Path, spawn: bool) -> Result<()> {
-    if o.mode != crate::model::Mode::Lat {
-        return Err(Error::new("--against measures lat only"));
+    if !matches!(o.mode, Mode::Lat | Mode::Bw) || o.scale.is_some() {
+        return Err(Error::new("--against measures lat or bw only"));
     }
     if !spawn {
         return Err(Error::new(
@@ -134,14 +153,19 @@ fn serve_with(
     let plan = Plan {
         mode: o.mode,
         sizes: sizes.to_vec(),
-        window: 1,
+        window: if o.mode == Mode::Lat { 1 } else { o.window },
         max_iters: o.iters,
         target: Duration::from_secs_f64(o.time_s),
         warmup: o.warmup,
         comms: 1,
         post_ahead: o.post_ahead,
     };
-    let rows = server(&mut sa, &mut sb, &plan, o.block)?;
+    let block = match (o.block, o.mode) {
+        (0, Mode::Lat) => 100,
+        (0, _) => 8,
+        (n, _) => n,
+    };
+    let rows = server(&mut sa, &mut sb, &plan, block)?;
     sa.close()?;
     sb.close()?;
     let who = [describe(&net_a, &names[0]), describe(&net_b, &names[1])];
@@ -160,7 +184,8 @@ fn describe(net: &Net, dev: &str) -> String {
     format!("{} ({}) on {dev}", plugin::name(net), net.path().display())
 }
 
-/// Runs the plan's sizes, alternating blocks of `block` round trips between `a` and `b`.
+/// Runs the plan's sizes, alternating blocks between `a` and `b`: `block` round trips (lat) or
+/// `block` messages (bw) each.
 fn server(
     a: &mut Session<'_>,
     b: &mut Session<'_>,
@@ -169,12 +194,26 @@ fn server(
 ) -> Result<Vec<PairRow>> {
     bench::hello(a, plan)?;
     bench::hello(b, plan)?;
-    let ahead = plan.post_ahead;
-    let one_way = |rtt: &[f64]| -> Vec<f64> { rtt.iter().map(|r| r * 0.5e6).collect() };
+    let lat = plan.mode == Mode::Lat;
     let mut rows = Vec::new();
     for &size in &plan.sizes {
-        lat_batch(a, size, plan.warmup.max(1), ahead)?;
-        lat_batch(b, size, plan.warmup.max(1), ahead)?;
+        // One block on `s`: its one-way latencies (us), or its bandwidth (GB/s).
+        let one = |s: &mut Session<'_>, n: u64| -> Result<Vec<f64>> {
+            if lat {
+                let rtt = lat_batch(s, size, n, plan.post_ahead)?.rtt;
+                return Ok(rtt.iter().map(|r| r * 0.5e6).collect());
+            }
+            let bp = Plan {
+                max_iters: Some(n),
+                // The block is its message count; the time target does not cut it short.
+                target: Duration::from_secs(3600),
+                ..plan.clone()
+            };
+            Ok(vec![bench::server_bw(s, &bp, size, None)?.algbw_gbs])
+        };
+        let warm = if lat { plan.warmup.max(1) } else { block };
+        one(a, warm)?;
+        one(b, warm)?;
         let (mut wa, mut wb, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         // Both plugins share the time target's double.
         let target = 2.0 * plan.target.as_secs_f64();
@@ -183,15 +222,21 @@ fn server(
         while (ratios.len() < MIN_BLOCKS || start.elapsed().as_secs_f64() < target)
             && (wa.len() as u64) < cap
         {
-            let ba = one_way(&lat_batch(a, size, block, ahead)?.rtt);
-            let bb = one_way(&lat_batch(b, size, block, ahead)?.rtt);
+            let (ba, bb) = if ratios.len() % 2 == 0 {
+                let ba = one(a, block)?;
+                (ba, one(b, block)?)
+            } else {
+                let bb = one(b, block)?;
+                (one(a, block)?, bb)
+            };
             ratios.push(median(&ba) / median(&bb).max(f64::MIN_POSITIVE));
             wa.extend(ba);
             wb.extend(bb);
         }
-        let row = PairRow::new(size, block, &wa, &wb, ratios);
+        let row = PairRow::new(size, block, &wa, &wb, ratios, !lat);
         progress(&format!(
-            "lat {}: {} block pairs of {block}: one-way median {:.2} us against {:.2} us, per-block ratio median {:.3}",
+            "{} {}: {} block pairs of {block}: median {:.4} against {:.4}, per-block ratio median {:.3}",
+            plan.mode.name(),
             fmt_size(size),
             row.ratios.len(),
             row.a.median_us,
@@ -206,7 +251,7 @@ fn server(
 }
 
 /// The client of a paired run: loads both plugins, reads both handles (one line each), connects
-/// both, and follows the two control channels in turn.
+/// both, and carries out each command as it arrives on either control channel.
 pub(crate) fn client(c: &Common, against: &Path) -> Result<()> {
     let _ = crate::apply_env(c);
     let net_a = crate::load(c)?;
@@ -218,15 +263,30 @@ pub(crate) fn client(c: &Common, against: &Path) -> Result<()> {
     let mut sa = Session::connect(&net_a, dev_a, ha, crate::wait_cfg(c))?;
     let mut sb = Session::connect(&net_b, dev_b, hb, crate::wait_cfg(c))?;
     progress("connected both plugins both ways");
+    let wait = crate::wait_cfg(c);
+    let mut idle = IdleWatch::default();
     let mut ca = Some(sa.post_cmd_recv()?);
     let mut cb = Some(sb.post_cmd_recv()?);
     while ca.is_some() || cb.is_some() {
         if let Some(r) = ca {
-            ca = bench::client_step(&mut sa, r, c.verbose)?;
+            if let Some(n) = session::test(&net_a, r)? {
+                let cmd = sa.read_cmd(n)?;
+                ca = bench::client_exec(&mut sa, cmd, c.verbose)?;
+                idle.progress();
+                continue;
+            }
         }
         if let Some(r) = cb {
-            cb = bench::client_step(&mut sb, r, c.verbose)?;
+            if let Some(n) = session::test(&net_b, r)? {
+                let cmd = sb.read_cmd(n)?;
+                cb = bench::client_exec(&mut sb, cmd, c.verbose)?;
+                idle.progress();
+                continue;
+            }
         }
+        idle.idle(&wait, &mut None, &|| {
+            "waiting for the server's next command on either plugin".into()
+        })?;
     }
     sa.close()?;
     sb.close()
@@ -235,31 +295,43 @@ pub(crate) fn client(c: &Common, against: &Path) -> Result<()> {
 /// The table on stdout.
 pub(crate) fn table(who: &[String; 2], plan: &Plan, rows: &[PairRow]) -> String {
     let mut t = String::new();
+    let head = format!("# ferro-bench {}, paired: ", plan.mode.name());
     t.push_str(&format!(
-        "# ferro-bench lat, paired: A = {}\n#                         B = {}\n",
-        who[0], who[1]
+        "{head}A = {}\n#{}B = {}\n",
+        who[0],
+        " ".repeat(head.len() - 1),
+        who[1]
     ));
-    t.push_str(&format!(
-        "# one-way latency (half the round trip), us; blocks of round trips alternating A, B in the same two processes; receives posted ahead: {}\n",
-        plan.post_ahead
-    ));
+    if plan.mode == Mode::Lat {
+        t.push_str(&format!(
+            "# one-way latency (half the round trip), us; blocks of round trips alternating A, B in the same two processes; receives posted ahead: {}\n",
+            plan.post_ahead
+        ));
+    } else {
+        t.push_str(&format!(
+            "# bandwidth, GB/s (1e9 bytes), of each block of messages; blocks alternating A, B in the same two processes; {} in flight\n",
+            plan.window
+        ));
+    }
     t.push_str(&format!(
         "{:>8} {:>7} {:>10} {:>10} {:>9} {:>9} {:>10} {:>15} {:>9}\n",
-        "size", "blocks", "A median", "B median", "A p10", "B p10", "A/B", "A/B p25-p75", "A below"
+        "size", "blocks", "A median", "B median", "A p10", "B p10", "A/B", "A/B p25-p75", "A ahead"
     ));
+    // Latencies in us to 0.01; bandwidths in GB/s to 0.00001.
+    let p = if plan.mode == Mode::Lat { 2 } else { 5 };
     for r in rows {
         let (q1, q3) = r.ratio_quartiles();
         t.push_str(&format!(
-            "{:>8} {:>7} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>10.3} {:>15} {:>9}\n",
+            "{:>8} {:>7} {:>10.p$} {:>10.p$} {:>9.p$} {:>9.p$} {:>10.3} {:>15} {:>9}\n",
             fmt_size(r.size),
             r.ratios.len(),
             r.a.median_us,
             r.b.median_us,
-            r.a_p10_us,
-            r.b_p10_us,
+            r.a_p10,
+            r.b_p10,
             r.ratio(),
             format!("{q1:.3}-{q3:.3}"),
-            format!("{}/{}", r.a_below(), r.ratios.len())
+            format!("{}/{}", r.a_ahead(), r.ratios.len())
         ));
     }
     t.push_str("# A/B: median over the block pairs of (A's block median / B's block median)\n");
@@ -272,19 +344,20 @@ pub(crate) fn csv(who: &[String; 2], label: &str, rows: &[PairRow]) -> String {
     let head = [
         "tool",
         "mode",
+        "unit",
         "size",
         "block",
         "blocks",
-        "a_median_us",
-        "b_median_us",
-        "a_p10_us",
-        "b_p10_us",
-        "a_p99_us",
-        "b_p99_us",
+        "a_median",
+        "b_median",
+        "a_p10",
+        "b_p10",
+        "a_p99",
+        "b_p99",
         "ratio_median",
         "ratio_p25",
         "ratio_p75",
-        "a_below_blocks",
+        "a_ahead_blocks",
         "a",
         "b",
         "label",
@@ -294,20 +367,26 @@ pub(crate) fn csv(who: &[String; 2], label: &str, rows: &[PairRow]) -> String {
         let (q1, q3) = r.ratio_quartiles();
         let rec = [
             "ferro-bench".to_string(),
-            "lat-paired".to_string(),
+            (if r.higher_is_better {
+                "bw-paired"
+            } else {
+                "lat-paired"
+            })
+            .to_string(),
+            (if r.higher_is_better { "GB/s" } else { "us" }).to_string(),
             r.size.to_string(),
             r.block.to_string(),
             r.ratios.len().to_string(),
-            format!("{:.3}", r.a.median_us),
-            format!("{:.3}", r.b.median_us),
-            format!("{:.3}", r.a_p10_us),
-            format!("{:.3}", r.b_p10_us),
-            format!("{:.3}", r.a.p99_us),
-            format!("{:.3}", r.b.p99_us),
+            format!("{:.5}", r.a.median_us),
+            format!("{:.5}", r.b.median_us),
+            format!("{:.5}", r.a_p10),
+            format!("{:.5}", r.b_p10),
+            format!("{:.5}", r.a.p99_us),
+            format!("{:.5}", r.b.p99_us),
             format!("{:.4}", r.ratio()),
             format!("{q1:.4}"),
             format!("{q3:.4}"),
-            r.a_below().to_string(),
+            r.a_ahead().to_string(),
             who[0].clone(),
             who[1].clone(),
             label.to_string(),
@@ -329,15 +408,25 @@ mod tests {
             &[1.0, 2.0, 3.0],
             &[2.0, 2.0, 2.0],
             vec![0.9, 1.2, 0.8, 0.95],
+            false,
         );
         assert!((r.ratio() - 0.925).abs() < 1e-12);
-        assert_eq!(r.a_below(), 3);
+        assert_eq!(r.a_ahead(), 3);
+        let bw = PairRow::new(8, 3, &[2.0], &[1.0], vec![0.9, 1.2, 1.1, 0.95], true);
+        assert_eq!(bw.a_ahead(), 2, "for bandwidth, a ratio above 1 is ahead");
         assert_eq!(r.ratio_quartiles(), (0.8, 0.95));
     }
 
     #[test]
     fn the_csv_has_one_row_per_size_under_its_header() {
-        let rows = vec![PairRow::new(8, 2, &[1.0, 1.0], &[2.0, 2.0], vec![0.5; 5])];
+        let rows = vec![PairRow::new(
+            8,
+            2,
+            &[1.0, 1.0],
+            &[2.0, 2.0],
+            vec![0.5; 5],
+            false,
+        )];
         let who = [
             "a (x) on rxe0".to_string(),
             "b, quoted (y) on rxe0".to_string(),
@@ -345,8 +434,8 @@ mod tests {
         let text = csv(&who, "run 1", &rows);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
-        assert!(lines[0].starts_with("tool,mode,size,block,blocks,a_median_us"));
-        assert!(lines[1].starts_with("ferro-bench,lat-paired,8,2,5,1.000,2.000"));
+        assert!(lines[0].starts_with("tool,mode,unit,size,block,blocks,a_median"));
+        assert!(lines[1].starts_with("ferro-bench,lat-paired,us,8,2,5,1.00000,2.00000"));
         assert!(
             lines[1].contains("\"b, quoted (y) on rxe0\""),
             "{}",
@@ -357,7 +446,14 @@ mod tests {
 
     #[test]
     fn the_table_names_both_plugins_and_gives_the_ratio() {
-        let rows = vec![PairRow::new(8, 2, &[1.0, 1.0], &[2.0, 2.0], vec![0.5; 5])];
+        let rows = vec![PairRow::new(
+            8,
+            2,
+            &[1.0, 1.0],
+            &[2.0, 2.0],
+            vec![0.5; 5],
+            false,
+        )];
         let plan = Plan {
             mode: crate::model::Mode::Lat,
             sizes: vec![8],

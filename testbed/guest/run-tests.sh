@@ -30,7 +30,7 @@ if ! "${FERRO_BENCH:-target/debug/ferro-bench}" run bw --dev rxe0 --sizes 8 --wi
   --pace-us 200 -q; then
   failed+=("benchmark-paced-smoke")
 fi
-# The paired ping-pong (ferro-bench lat --against, run by benches/versus.sh), briefly: the
+# The paired runs (ferro-bench lat|bw --against, run by benches/versus.sh), briefly: the
 # plugin against a copy of itself loaded from another path (two instances, as with two
 # plugins); the run must complete and print its row.
 total=$((total + 1))
@@ -39,7 +39,9 @@ bench="${FERRO_BENCH:-target/debug/ferro-bench}"
 twin="$(mktemp -d)/twin.so"
 if ! cp "${FERRO_PLUGIN_SO:-$(dirname "$bench")/libnccl_net_ferro.so}" "$twin" ||
   ! "$bench" run lat --dev rxe0 --sizes 8 --post-ahead 0 --against "$twin" --time 0.3 \
-    --block 20 -q | tee /dev/stderr | grep -Eq '^ +8 B +[0-9]+ +[0-9.]+ +[0-9.]+'; then
+    --block 20 -q | tee /dev/stderr | grep -Eq '^ +8 B +[0-9]+ +[0-9.]+ +[0-9.]+' ||
+  ! "$bench" run bw --dev rxe0 --sizes 64K --window 4 --against "$twin" --time 0.3 \
+    --block 8 -q | tee /dev/stderr | grep -Eq '^ +64 KiB +[0-9]+ +[0-9.]+ +[0-9.]+'; then
   failed+=("benchmark-paired-smoke")
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
