@@ -146,31 +146,25 @@ done
 say "$(printf '  %-6s %12s %12s %8s %12s %12s %8s' median "$(median <<<"$lf")" "$(median <<<"$lref")" "$(median <<<"$lr")" "$(median <<<"$bf")" "$(median <<<"$bref")" "$(median <<<"$br")")"
 say "  (ratio = Ferro / reference per round; the median row's ratios are medians of the per-round ratios;"
 say "   latency: lower is better, bandwidth: higher is better)"
+# One paired run (`ferro-bench MODE --against`), its table added to the summary under TITLE.
+paired_run() { # name title mode args...
+  local name="$1" title="$2" rc=0
+  shift 2
+  env $ref_env "$BENCH" "$@" "${wait_args[@]}" \
+    --plugin "$PLUGIN" --dev "$FERRO_DEV" --against "$reference" --against-dev "$REF_DEV" \
+    --time "$ptime" --csv "$OUT/$name.csv" -q >"$OUT/$name.txt" 2>"$OUT/$name.err" || rc=$?
+  if [[ "$rc" -ne 0 || ! -s "$OUT/$name.csv" ]]; then
+    log "$name failed (status $rc):"
+    sed 's/^/    /' "$OUT/$name.err" >&2
+    failures=$((failures + 1))
+  else
+    say "$title (A = Ferro, B = reference, in the same two processes, ${ptime} s each):"
+    sed 's/^/  /' "$OUT/$name.txt" | tee -a "$SUMMARY"
+  fi
+}
 if ((paired)); then
   ptime="$(awk -v r="$rounds" -v t="$ftime" 'BEGIN { printf "%g", r * t }')"
-  rc=0
-  env $ref_env "$BENCH" lat --sizes "$lat_size" --post-ahead 0 "${wait_args[@]}" \
-    --plugin "$PLUGIN" --dev "$FERRO_DEV" --against "$reference" --against-dev "$REF_DEV" \
-    --time "$ptime" --csv "$OUT/paired.csv" -q >"$OUT/paired.txt" 2>"$OUT/paired.err" || rc=$?
-  if [[ "$rc" -ne 0 || ! -s "$OUT/paired.csv" ]]; then
-    log "paired ping-pong failed (status $rc):"
-    sed 's/^/    /' "$OUT/paired.err" >&2
-    failures=$((failures + 1))
-  else
-    say "Paired ping-pong (A = Ferro, B = reference, in the same two processes, ${ptime} s each):"
-    sed 's/^/  /' "$OUT/paired.txt" | tee -a "$SUMMARY"
-  fi
-  rc=0
-  env $ref_env "$BENCH" bw --sizes "$bw_size" --window "$window" "${wait_args[@]}" \
-    --plugin "$PLUGIN" --dev "$FERRO_DEV" --against "$reference" --against-dev "$REF_DEV" \
-    --time "$ptime" --csv "$OUT/paired-bw.csv" -q >"$OUT/paired-bw.txt" 2>"$OUT/paired-bw.err" || rc=$?
-  if [[ "$rc" -ne 0 || ! -s "$OUT/paired-bw.csv" ]]; then
-    log "paired bandwidth failed (status $rc):"
-    sed 's/^/    /' "$OUT/paired-bw.err" >&2
-    failures=$((failures + 1))
-  else
-    say "Paired bandwidth (A = Ferro, B = reference, blocks of 8 messages, ${ptime} s each):"
-    sed 's/^/  /' "$OUT/paired-bw.txt" | tee -a "$SUMMARY"
-  fi
+  paired_run paired "Paired ping-pong" lat --sizes "$lat_size" --post-ahead 0
+  paired_run paired-bw "Paired bandwidth, blocks of 8 messages" bw --sizes "$bw_size" --window "$window"
 fi
 [[ "$failures" -eq 0 ]] || { log "$failures run(s) failed"; exit 1; }

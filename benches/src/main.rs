@@ -48,7 +48,7 @@ struct Common {
     yield_cpu: bool,
     /// `--pace-us`: the pause before each data-path call of `bw`, in microseconds.
     pace_us: u64,
-    /// `--against PATH`, `--against-dev NAME`: the second plugin of a paired `lat` run.
+    /// `--against PATH`, `--against-dev NAME`: the second plugin of a paired `lat` or `bw` run.
     against: Option<PathBuf>,
     against_dev: Option<String>,
     quiet: bool,
@@ -526,36 +526,31 @@ fn serve(c: &Common, o: &BenchOpts, spawn: bool) -> Result<()> {
 /// After the server's work (`result`): waits for the client process to exit (within 60 s), or
 /// stops it when the work failed (saying so when the client died first: that is the cause).
 fn reap_client(ch: &RefCell<Child>, result: Result<()>) -> Result<()> {
-    {
-        let mut ch = ch.borrow_mut();
-        if let Err(e) = result {
-            // Say so when the client died first (that is then the cause); otherwise stop it:
-            // it may be waiting for a command that will never come.
-            let e = match ch.try_wait() {
-                Ok(Some(st)) if !st.success() => {
-                    e.context(format!("the client process failed ({st})"))
-                }
-                _ => e,
-            };
-            let _ = ch.kill();
-            let _ = ch.wait();
-            return Err(e);
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            match ch.try_wait().ctx("waiting for the client")? {
-                Some(st) if st.success() => break,
-                Some(st) => return Err(Error::new(format!("the client process failed ({st})"))),
-                None if Instant::now() > deadline => {
-                    let _ = ch.kill();
-                    let _ = ch.wait();
-                    return Err(Error::new("the client process did not exit within 60 s"));
-                }
-                None => std::thread::sleep(Duration::from_millis(20)),
+    let mut ch = ch.borrow_mut();
+    if let Err(e) = result {
+        // Say so when the client died first (that is then the cause); otherwise stop it:
+        // it may be waiting for a command that will never come.
+        let e = match ch.try_wait() {
+            Ok(Some(st)) if !st.success() => e.context(format!("the client process failed ({st})")),
+            _ => e,
+        };
+        let _ = ch.kill();
+        let _ = ch.wait();
+        return Err(e);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match ch.try_wait().ctx("waiting for the client")? {
+            Some(st) if st.success() => return Ok(()),
+            Some(st) => return Err(Error::new(format!("the client process failed ({st})"))),
+            None if Instant::now() > deadline => {
+                let _ = ch.kill();
+                let _ = ch.wait();
+                return Err(Error::new("the client process did not exit within 60 s"));
             }
+            None => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-    result
 }
 
 /// The waiting loops' check of the client process: an error once it exited with a failure.

@@ -16,12 +16,13 @@
 
 use crate::bench::{self, lat_batch};
 use crate::error::{Error, Result};
-use crate::model::{LatStats, Mode, median, percentile};
+use crate::model::{Mode, median, percentile};
 use crate::plan::Plan;
 use crate::progress::progress;
 use crate::session::{self, Cmd, IdleWatch, Session};
 use crate::units::fmt_size;
 use crate::{BenchOpts, Common, plugin};
+use ferro_nccl_standin::net::Request as Req;
 use ferro_nccl_standin::{Handle, NcclExt as _, Net};
 use std::cell::RefCell;
 use std::io::Write as _;
@@ -33,16 +34,35 @@ use std::time::{Duration, Instant};
 /// Fewest block pairs per size, whatever the time target.
 const MIN_BLOCKS: usize = 5;
 
-/// One size's figures: both plugins' one-way latency over all their blocks, and the per-block
-/// ratios (first plugin / second).
+/// One plugin's figures over all its blocks of one size: one-way latencies (us) or block
+/// bandwidths (GB/s).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Spread {
+    pub(crate) median: f64,
+    pub(crate) p10: f64,
+    pub(crate) p99: f64,
+}
+
+impl Spread {
+    fn of(v: &[f64]) -> Spread {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        Spread {
+            median: median(&s),
+            p10: percentile(&s, 10.0),
+            p99: percentile(&s, 99.0),
+        }
+    }
+}
+
+/// One size's figures: both plugins' spread over all their blocks, and the per-block ratios
+/// (first plugin / second).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PairRow {
     pub(crate) size: u64,
     pub(crate) block: u64,
-    pub(crate) a: LatStats,
-    pub(crate) b: LatStats,
-    pub(crate) a_p10: f64,
-    pub(crate) b_p10: f64,
+    pub(crate) a: Spread,
+    pub(crate) b: Spread,
     /// Median of block `i` of the first plugin over median of block `i` of the second.
     pub(crate) ratios: Vec<f64>,
     /// Bandwidth (higher is better) rather than latency.
@@ -58,18 +78,11 @@ impl PairRow {
         ratios: Vec<f64>,
         higher_is_better: bool,
     ) -> PairRow {
-        let p10 = |v: &[f64]| {
-            let mut s = v.to_vec();
-            s.sort_by(f64::total_cmp);
-            percentile(&s, 10.0)
-        };
         PairRow {
             size,
             block,
-            a: LatStats::from_samples(a),
-            b: LatStats::from_samples(b),
-            a_p10: p10(a),
-            b_p10: p10(b),
+            a: Spread::of(a),
+            b: Spread::of(b),
             ratios,
             higher_is_better,
         }
@@ -239,8 +252,8 @@ fn server(
             plan.mode.name(),
             fmt_size(size),
             row.ratios.len(),
-            row.a.median_us,
-            row.b.median_us,
+            row.a.median,
+            row.b.median,
             row.ratio()
         ));
         rows.push(row);
@@ -260,36 +273,40 @@ pub(crate) fn client(c: &Common, against: &Path) -> Result<()> {
     let dev_b = plugin::find_device(&net_b, c.against_dev.as_deref().unwrap_or(&c.dev))?;
     let ha = Handle::from_hex(&session::read_handle_line()?)?;
     let hb = Handle::from_hex(&session::read_handle_line()?)?;
-    let mut sa = Session::connect(&net_a, dev_a, ha, crate::wait_cfg(c))?;
-    let mut sb = Session::connect(&net_b, dev_b, hb, crate::wait_cfg(c))?;
-    progress("connected both plugins both ways");
     let wait = crate::wait_cfg(c);
+    let mut sa = Session::connect(&net_a, dev_a, ha, wait)?;
+    let mut sb = Session::connect(&net_b, dev_b, hb, wait)?;
+    progress("connected both plugins both ways");
     let mut idle = IdleWatch::default();
     let mut ca = Some(sa.post_cmd_recv()?);
     let mut cb = Some(sb.post_cmd_recv()?);
     while ca.is_some() || cb.is_some() {
-        if let Some(r) = ca {
-            if let Some(n) = session::test(&net_a, r)? {
-                let cmd = sa.read_cmd(n)?;
-                ca = bench::client_exec(&mut sa, cmd, c.verbose)?;
-                idle.progress();
-                continue;
-            }
+        if command_arrived(&mut sa, &mut ca, c.verbose)?
+            || command_arrived(&mut sb, &mut cb, c.verbose)?
+        {
+            idle.progress();
+        } else {
+            idle.idle(&wait, &mut None, &|| {
+                "waiting for the server's next command on either plugin".into()
+            })?;
         }
-        if let Some(r) = cb {
-            if let Some(n) = session::test(&net_b, r)? {
-                let cmd = sb.read_cmd(n)?;
-                cb = bench::client_exec(&mut sb, cmd, c.verbose)?;
-                idle.progress();
-                continue;
-            }
-        }
-        idle.idle(&wait, &mut None, &|| {
-            "waiting for the server's next command on either plugin".into()
-        })?;
     }
     sa.close()?;
     sb.close()
+}
+
+/// If the command awaited on `s`'s control receive `ctrl` arrived: carries it out, leaves the
+/// next command's receive in `ctrl` (`None` after `Done`) and says so.
+fn command_arrived(s: &mut Session<'_>, ctrl: &mut Option<Req>, verbose: bool) -> Result<bool> {
+    let Some(r) = *ctrl else {
+        return Ok(false);
+    };
+    let Some(n) = session::test(s.net, r)? else {
+        return Ok(false);
+    };
+    let cmd = s.read_cmd(n)?;
+    *ctrl = bench::client_exec(s, cmd, verbose)?;
+    Ok(true)
 }
 
 /// The table on stdout.
@@ -325,10 +342,10 @@ pub(crate) fn table(who: &[String; 2], plan: &Plan, rows: &[PairRow]) -> String 
             "{:>8} {:>7} {:>10.p$} {:>10.p$} {:>9.p$} {:>9.p$} {:>10.3} {:>15} {:>9}\n",
             fmt_size(r.size),
             r.ratios.len(),
-            r.a.median_us,
-            r.b.median_us,
-            r.a_p10,
-            r.b_p10,
+            r.a.median,
+            r.b.median,
+            r.a.p10,
+            r.b.p10,
             r.ratio(),
             format!("{q1:.3}-{q3:.3}"),
             format!("{}/{}", r.a_ahead(), r.ratios.len())
@@ -377,12 +394,12 @@ pub(crate) fn csv(who: &[String; 2], label: &str, rows: &[PairRow]) -> String {
             r.size.to_string(),
             r.block.to_string(),
             r.ratios.len().to_string(),
-            format!("{:.5}", r.a.median_us),
-            format!("{:.5}", r.b.median_us),
-            format!("{:.5}", r.a_p10),
-            format!("{:.5}", r.b_p10),
-            format!("{:.5}", r.a.p99_us),
-            format!("{:.5}", r.b.p99_us),
+            format!("{:.5}", r.a.median),
+            format!("{:.5}", r.b.median),
+            format!("{:.5}", r.a.p10),
+            format!("{:.5}", r.b.p10),
+            format!("{:.5}", r.a.p99),
+            format!("{:.5}", r.b.p99),
             format!("{:.4}", r.ratio()),
             format!("{q1:.4}"),
             format!("{q3:.4}"),
